@@ -1,0 +1,37 @@
+"""Route OLMo's block factory to the RePo block, from the config.
+
+`OLMoBlock.build` is a hard-coded classmethod and `BlockType` a closed Enum, so configs keep
+`block_type: sequential` and `install()` wraps `build` once: a layer whose position mode is `nope` or
+`repo` gets a `RepoSequentialBlock`; every other layer (and every layer of a stock `ModelConfig`) is built
+by the stock factory, bit for bit.
+"""
+
+from __future__ import annotations
+
+from olmo.config import ModelConfig
+from olmo.model import BufferCache, OLMo, OLMoBlock
+
+from .block import RepoSequentialBlock
+from .config import PositionMode, layer_modes
+
+__all__ = ["build_model", "install"]
+
+_stock_build = OLMoBlock.__dict__["build"].__func__
+
+
+def _build(cls: type[OLMoBlock], layer_id: int, config: ModelConfig, cache: BufferCache) -> OLMoBlock:
+    if layer_modes(config)[layer_id] == PositionMode.rope:
+        return _stock_build(cls, layer_id, config, cache)
+    return RepoSequentialBlock(layer_id, config, cache)
+
+
+def install() -> None:
+    """Make `OLMoBlock.build` RePo-aware. Idempotent; `import olmo_repo` calls it."""
+    if OLMoBlock.__dict__["build"].__func__ is not _build:
+        OLMoBlock.build = classmethod(_build)  # type: ignore[method-assign,assignment]
+
+
+def build_model(config: ModelConfig) -> OLMo:
+    """`olmo.model.OLMo(config)` with the factory installed: stock configs give stock models."""
+    install()
+    return OLMo(config)

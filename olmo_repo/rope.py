@@ -1,0 +1,82 @@
+"""RoPE from real, per-head positions.
+
+For a head of size d and a real position z, pair k (k < d/2) of a query or key vector is rotated by the angle
+
+    angle_k = z * theta^(-2k/d)
+
+in OLMo's split-halves layout (element k pairs with element k + d/2, "rotate_half"). With z = 0..T-1 this
+is OLMo's own RoPE. Angles are computed in fp32 with autocast off, whatever the model's dtype.
+
+`rotate` is the training path: a custom autograd function that keeps only the positions [B, H, T] and the
+rotated output (which attention keeps anyway) for backward, instead of per-head cos/sin tables
+[B, H, T, d]. Its gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x:
+
+    out = (x1 cos - x2 sin, x2 cos + x1 sin)
+    dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
+    dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["inv_frequencies", "rotate", "rotate_reference"]
+
+
+def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None) -> Tensor:
+    """theta^(-2k/d) for k < d/2, fp32. Shape [d/2]."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+
+
+def _compute_dtype(x: Tensor, positions: Tensor) -> torch.dtype:
+    """fp32, or float64 when an input is float64 (gradcheck)."""
+    return torch.promote_types(torch.promote_types(x.dtype, positions.dtype), torch.float32)
+
+
+def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq.to(dtype)  # [B, H, T, d/2]
+    return angles.cos(), angles.sin()
+
+
+class _Rotate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            dtype = _compute_dtype(x, positions)
+            cos, sin = _cos_sin(positions, inv_freq, dtype)
+            x1, x2 = x.to(dtype).chunk(2, dim=-1)
+            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        ctx.save_for_backward(out, positions, inv_freq)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        out, positions, inv_freq = ctx.saved_tensors
+        with torch.autocast(grad.device.type, enabled=False):
+            dtype = _compute_dtype(grad, positions)
+            cos, sin = _cos_sin(positions, inv_freq, dtype)
+            g1, g2 = grad.to(dtype).chunk(2, dim=-1)
+            grad_x = grad_pos = None
+            if ctx.needs_input_grad[0]:
+                grad_x = torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
+            if ctx.needs_input_grad[1]:
+                o1, o2 = out.to(dtype).chunk(2, dim=-1)
+                grad_pos = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1).to(positions.dtype)  # [B, H, T]
+        return grad_x, grad_pos, None
+
+
+def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32). Returns x's shape and dtype."""
+    return _Rotate.apply(x, positions, inv_freq)
+
+
+def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """The plain formula, differentiated by autograd (materialises cos/sin). For tests and benchmarks."""
+    with torch.autocast(x.device.type, enabled=False):
+        dtype = _compute_dtype(x, positions)
+        cos, sin = _cos_sin(positions, inv_freq, dtype)
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # [B, H, T, d]
+        x1, x2 = x.to(dtype).chunk(2, dim=-1)
+        return (x.to(dtype) * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)

@@ -1,0 +1,282 @@
+"""The RePo/NoPE blocks inside a real OLMo model: equivalences, gradients, KV cache, factory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from olmo.config import ActivationCheckpointingStrategy, ModelConfig
+from olmo.model import OLMo, OLMoBlock, OLMoSequentialBlock, RotaryEmbedding
+
+import olmo_repo
+from olmo_repo import (
+    PositionMode,
+    RepoSequentialBlock,
+    build_model,
+    layer_modes,
+    predict_positions,
+    repo_layer_ids,
+)
+from olmo_repo.registry import _stock_build
+from olmo_repo.rope import rotate_reference
+
+from .conftest import tiny_config
+
+B, T = 2, 24
+
+
+def _ids(T: int = T) -> torch.Tensor:
+    return torch.randint(0, 100, (B, T))
+
+
+def _spread_positions(model: OLMo, std: float = 0.5) -> None:
+    """At OLMo's init f_phi predicts positions ~1e-4; widen them so that rotations matter in the tests."""
+    for block in model.modules():
+        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
+            for linear in (block.gate_map, block.content_map, block.final_map):
+                torch.nn.init.normal_(linear.weight, std=std)
+
+
+def _copy_base(dst: OLMo, src: OLMo) -> None:
+    missing, unexpected = dst.load_state_dict(src.state_dict(), strict=False)
+    assert not unexpected and all(
+        k.rsplit(".", 2)[-2] in {"gate_map", "content_map", "final_map"} for k in missing
+    )
+
+
+def test_stock_config_builds_the_stock_model_bit_for_bit(monkeypatch):
+    stock_config = ModelConfig(**{k: v for k, v in tiny_config().asdict().items() if not k.startswith("pe_")})
+    ids = _ids()
+    torch.manual_seed(1)
+    ours = build_model(stock_config)
+    with monkeypatch.context() as m:
+        m.setattr(OLMoBlock, "build", classmethod(_stock_build))
+        torch.manual_seed(1)
+        stock = OLMo(stock_config)
+    assert all(type(b) is OLMoSequentialBlock for b in ours.transformer.blocks)
+    assert ours.state_dict().keys() == stock.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), stock.state_dict().values()))
+    assert torch.equal(ours(ids).logits, stock(ids).logits)
+    # A RepoModelConfig in rope mode is the stock model too.
+    torch.manual_seed(1)
+    rope = build_model(tiny_config())
+    assert torch.equal(rope(ids).logits, stock(ids).logits)
+
+
+def test_install_is_idempotent():
+    before = OLMoBlock.__dict__["build"]
+    olmo_repo.install()
+    olmo_repo.install()
+    assert OLMoBlock.__dict__["build"].__func__ is before.__func__
+
+
+def test_repo_with_integer_positions_equals_rope(monkeypatch):
+    rope = build_model(tiny_config())
+    repo = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
+    _copy_base(repo, rope)
+    monkeypatch.setattr(
+        RepoSequentialBlock,
+        "predict_positions",
+        lambda self, x: torch.arange(x.shape[1], dtype=torch.float32).expand(
+            x.shape[0], self.config.n_heads, -1
+        ),
+    )
+    ids = _ids()
+    torch.testing.assert_close(repo(ids).logits, rope(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_shifting_positions_leaves_output_unchanged(monkeypatch):
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=0))
+    _spread_positions(model)
+    ids = _ids()
+    reference = model(ids).logits
+    predict = RepoSequentialBlock.predict_positions
+    monkeypatch.setattr(RepoSequentialBlock, "predict_positions", lambda self, x: predict(self, x) + 37.25)
+    shifted = model(ids).logits
+    torch.testing.assert_close(shifted, reference, rtol=1e-5, atol=1e-5)
+    # ... while a per-head change of positions does change it (the positions are used at all).
+    monkeypatch.setattr(RepoSequentialBlock, "predict_positions", lambda self, x: predict(self, x) * 2)
+    assert (model(ids).logits - reference).abs().max() > 1e-3
+
+
+def test_nope_layers_apply_no_rotation(monkeypatch):
+    nope = build_model(tiny_config(pe_mode="nope"))
+    assert all(
+        type(b) is RepoSequentialBlock and b.pe_mode == PositionMode.nope for b in nope.transformer.blocks
+    )
+    rope = build_model(tiny_config())
+    rope.load_state_dict(nope.state_dict())
+    ids = _ids()
+    assert (nope(ids).logits - rope(ids).logits).abs().max() > 1e-4
+    monkeypatch.setattr(RotaryEmbedding, "forward", lambda self, q, k: (q, k))  # stock model without rotation
+    torch.testing.assert_close(nope(ids).logits, rope(ids).logits, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (dict(pe_mode="repo", pe_start_layer=2), "RRPPPP"),
+        (dict(pe_mode="nope"), "NNNNNN"),
+        (dict(pe_mode="nope", pe_layer_ids=[2, 5]), "RRNRRN"),  # R2N1
+        (dict(pe_mode="nope", pe_layer_ids=[0, 1, 3, 4]), "NNRNNR"),  # N2R1
+        (dict(pe_mode="repo", pe_start_layer=2, pe_layer_ids=[0, 3, 5]), "RRRPRP"),
+    ],
+)
+def test_layers_get_exactly_the_configured_mode(overrides, expected):
+    config = tiny_config(n_layers=6, **overrides)
+    letter = {PositionMode.rope: "R", PositionMode.nope: "N", PositionMode.repo: "P"}
+    assert "".join(letter[m] for m in layer_modes(config)) == expected
+    model = build_model(config)
+    for block, want in zip(model.transformer.blocks, expected):
+        if want == "R":
+            assert type(block) is OLMoSequentialBlock
+        else:
+            assert type(block) is RepoSequentialBlock and letter[block.pe_mode] == want
+            assert hasattr(block, "final_map") == (want == "P")
+    assert repo_layer_ids(config) == [i for i, c in enumerate(expected) if c == "P"]
+
+
+def _grads(model: OLMo, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    model(ids).logits.pow(2).mean().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
+def test_gradients_reach_f_phi_under_activation_checkpointing(strategy):
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
+    _spread_positions(model)
+    ids = _ids()
+    plain = _grads(model, ids)
+    model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
+    grads = _grads(model, ids)
+    for layer in repo_layer_ids(model.config):
+        for name in ("gate_map", "content_map", "final_map"):
+            key = f"transformer.blocks.{layer}.{name}.weight"
+            assert key in grads and grads[key].abs().sum() > 0, key
+    assert grads.keys() == plain.keys()
+    for key in plain:
+        torch.testing.assert_close(grads[key], plain[key], rtol=1e-5, atol=1e-7)
+
+
+def test_positions_are_trained_end_to_end(monkeypatch):
+    """f_phi's gradient flows through cos/sin: it matches finite differences of the loss, and autograd
+    through the plain formula (materialised cos/sin) gives the same gradients as the efficient path."""
+    model = build_model(tiny_config(pe_mode="repo", n_layers=2)).double()
+    _spread_positions(model)
+    ids = _ids(8)
+    w = model.transformer.blocks[1].final_map.weight
+
+    def loss() -> torch.Tensor:
+        return model(ids).logits.pow(2).mean()
+
+    grads = _grads(model, ids)
+    direction = torch.randn_like(w)
+    eps = 1e-3  # OLMo's norms compute in fp32, so a smaller step drowns in rounding
+    with torch.no_grad():
+        w += eps * direction
+        up = loss()
+        w -= 2 * eps * direction
+        down = loss()
+        w += eps * direction
+    numeric = (up - down) / (2 * eps)
+    analytic = (grads["transformer.blocks.1.final_map.weight"] * direction).sum()
+    torch.testing.assert_close(analytic, numeric, rtol=5e-3, atol=0)
+
+    monkeypatch.setattr("olmo_repo.block.rotate", rotate_reference)
+    plain = _grads(model, ids)
+    for key in grads:
+        torch.testing.assert_close(grads[key], plain[key], rtol=1e-6, atol=1e-12)
+
+
+def test_olmo_optimizer_groups_accept_the_model_and_decay_f_phi():
+    from olmo.optim import build_optimizer
+
+    from olmo_repo import RepoTrainConfig
+
+    cfg = RepoTrainConfig(model=tiny_config(pe_mode="repo", pe_start_layer=1))
+    cfg.optimizer.weight_decay = 0.1
+    model = build_model(cfg.model)
+    optim = build_optimizer(cfg, model)
+    names = {n for g in optim.param_groups for n in g["param_names"]}
+    assert names == {n for n, _ in model.named_parameters()}
+    decayed = {n for g in optim.param_groups if g["weight_decay"] > 0 for n in g["param_names"]}
+    for layer in repo_layer_ids(cfg.model):
+        for name in ("gate_map", "content_map", "final_map"):
+            assert f"transformer.blocks.{layer}.{name}.weight" in decayed
+
+
+def test_f_phi_uses_olmo_truncated_normal_init():
+    model = build_model(tiny_config(d_model=512, n_heads=8, n_layers=1, pe_mode="repo"))
+    block = model.transformer.blocks[0]
+    assert block.gate_map.weight.shape == (64, 512) and block.content_map.weight.shape == (64, 512)
+    assert block.final_map.weight.shape == (8, 64)
+    assert block.gate_map.bias is None and block.final_map.bias is None
+    for linear in (block.gate_map, block.content_map):
+        w = linear.weight
+        assert w.abs().max() <= 0.06 + 1e-7  # cut off at 3 std
+        assert 0.017 < w.std() < 0.02  # a normal truncated at 3 sigma has std 0.986 sigma
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(pe_mode="repo", pe_start_layer=1),
+        dict(pe_mode="nope"),
+        dict(pe_mode="nope", pe_layer_ids=[1, 3]),
+        dict(pe_mode="repo", pe_layer_ids=[0, 2]),
+    ],
+)
+@pytest.mark.parametrize("block_group_size", [1, 2])
+def test_kv_cache_incremental_decode_equals_full_forward(overrides, block_group_size):
+    model = build_model(tiny_config(block_group_size=block_group_size, **overrides)).eval()
+    _spread_positions(model)
+    ids = _ids(20)
+    full = model(ids).logits
+    with torch.no_grad():
+        out = model(ids[:, :12], use_cache=True)
+        pieces, past = [out.logits], out.attn_key_values
+        for t in range(12, 20):
+            out = model(ids[:, t : t + 1], past_key_values=past, use_cache=True)
+            pieces.append(out.logits)
+            past = out.attn_key_values
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_predict_positions_returns_the_per_head_positions_of_every_repo_layer():
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=2))
+    _spread_positions(model)
+    ids = _ids()
+    positions = predict_positions(model, ids)
+    assert sorted(positions) == [2, 3]
+    assert all(p.shape == (B, 4, T) and p.dtype == torch.float32 for p in positions.values())
+    # They are what the forward used: the input of block 2 is the output of block 1.
+    x = model.transformer.wte(ids)
+    for block in model.transformer.blocks[:2]:
+        x, _ = block(x)
+    torch.testing.assert_close(positions[2], model.transformer.blocks[2].predict_positions(x))
+
+
+def test_positions_are_computed_in_fp32_under_bf16_autocast():
+    model = build_model(tiny_config(d_model=256, n_heads=4, n_layers=1, pe_mode="repo"))
+    block = model.transformer.blocks[0]
+    for linear in (block.gate_map, block.content_map, block.final_map):
+        torch.nn.init.normal_(linear.weight, std=2.0)  # positions in the thousands
+    x = torch.randn(1, 64, 256).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = block.predict_positions(x)
+        z_bf16 = block.final_map(
+            torch.nn.functional.silu(block.gate_map(x)) * block.content_map(x)
+        ).transpose(1, 2)
+    assert z.dtype == torch.float32
+    exact = block.double().predict_positions(x.double())
+    assert exact.abs().max() > 1000
+    torch.testing.assert_close(z.double(), exact, rtol=1e-5, atol=1e-3)
+    assert (z_bf16.double() - exact).abs().max() > 1.0  # what the reference's bf16 matmuls lose
+
+
+def test_bf16_autocast_training_step_runs():
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(_ids()).logits.float().pow(2).mean()
+    loss.backward()
+    assert torch.isfinite(model.transformer.blocks[1].final_map.weight.grad).all()

@@ -1,0 +1,75 @@
+"""RoPE from real per-head positions: OLMo parity, the efficient autograd path, precision."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from olmo.model import BufferCache, RotaryEmbedding
+
+from olmo_repo.rope import inv_frequencies, rotate, rotate_reference
+
+from .conftest import tiny_config
+
+
+def test_integer_positions_reproduce_olmo_rope():
+    config = tiny_config(d_model=128, n_heads=4)
+    B, H, T, D = 2, 4, 48, 32
+    q, k = torch.randn(B, H, T, D), torch.randn(B, H, T, D)
+    q_olmo, k_olmo = RotaryEmbedding(config, BufferCache())(q, k)
+    positions = torch.arange(T, dtype=torch.float32).expand(B, H, T)
+    inv_freq = inv_frequencies(D, config.rope_theta)
+    torch.testing.assert_close(rotate(q, positions, inv_freq), q_olmo, rtol=0, atol=1e-6)
+    torch.testing.assert_close(rotate(k, positions, inv_freq), k_olmo, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_efficient_path_equals_plain_formula_with_gradients(dtype):
+    B, H, T, D = 2, 3, 17, 16
+    x = torch.randn(B, H, T, D, dtype=dtype, requires_grad=True)
+    z = (torch.randn(B, H, T, dtype=dtype) * 50).requires_grad_()
+    inv_freq = inv_frequencies(D, 10_000.0)
+    g = torch.randn(B, H, T, D, dtype=dtype)
+    out_fast = rotate(x, z, inv_freq)
+    out_ref = rotate_reference(x, z, inv_freq)
+    gx_fast, gz_fast = torch.autograd.grad(out_fast, (x, z), g)
+    gx_ref, gz_ref = torch.autograd.grad(out_ref, (x, z), g)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out_fast, out_ref, **tol)
+    torch.testing.assert_close(gx_fast, gx_ref, **tol)
+    torch.testing.assert_close(
+        gz_fast, gz_ref, **(tol if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4))
+    )
+
+
+def test_gradcheck_float64():
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64, requires_grad=True)
+    z = (torch.randn(1, 2, 5, dtype=torch.float64) * 3).requires_grad_()
+    inv_freq = inv_frequencies(8, 100.0).double()
+    assert torch.autograd.gradcheck(lambda a, b: rotate(a, b, inv_freq), (x, z))
+
+
+def test_rotation_preserves_norm_and_relative_positions():
+    B, H, T, D = 1, 2, 6, 16
+    q, k = torch.randn(B, H, T, D), torch.randn(B, H, T, D)
+    z = torch.randn(B, H, T) * 20
+    inv_freq = inv_frequencies(D, 500_000.0)
+    scores = rotate(q, z, inv_freq) @ rotate(k, z, inv_freq).transpose(-1, -2)
+    shifted = rotate(q, z + 123.25, inv_freq) @ rotate(k, z + 123.25, inv_freq).transpose(-1, -2)
+    torch.testing.assert_close(scores, shifted, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(rotate(q, z, inv_freq).norm(dim=-1), q.norm(dim=-1), rtol=1e-5, atol=1e-5)
+
+
+def test_angles_stay_fp32_for_bf16_inputs_under_autocast():
+    """A position like 4095.3 must not be quantised: angles are fp32 even for bf16 q/k under autocast."""
+    D = 64
+    x = torch.randn(1, 1, 1, D)
+    z = torch.tensor([[[4095.3]]])
+    inv_freq = inv_frequencies(D, 500_000.0)
+    exact = rotate_reference(x.double(), z.double(), inv_freq.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = rotate(x.bfloat16(), z, inv_freq)
+    assert out.dtype == torch.bfloat16
+    # bf16 output rounding only (relative 2^-8); quantised positions (step 16) would be off by O(1).
+    torch.testing.assert_close(out.double(), exact, rtol=1e-2, atol=1e-2)
+    off = rotate_reference(x.double(), z.double() + 16, inv_freq.double())
+    assert (off - exact).abs().max() > 0.1
