@@ -27,6 +27,7 @@ from olmo.config import ModelConfig
 from olmo.initialization import init_normal
 from olmo.model import BufferCache, OLMoSequentialBlock
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .config import PositionMode, layer_modes
 from .rope import inv_frequencies, rotate
@@ -65,6 +66,13 @@ class RepoSequentialBlock(OLMoSequentialBlock):
 
     def predict_positions(self, x: Tensor) -> Tensor:
         """f_phi: block input x [B, T, d_model] -> positions [B, n_heads, T], fp32 (float64 for a float64 model)."""
+        if x.dtype in (torch.float32, torch.float64) or not torch.is_grad_enabled():
+            return self._f_phi(x)
+        # For a bf16/fp16 x, autograd would keep the fp32 copy of x and f_phi's fp32 activations: 3x the
+        # block input's memory per RePo layer. Recomputing them in backward costs ~1% of the layer's FLOPs.
+        return checkpoint(self._f_phi, x, use_reentrant=False)
+
+    def _f_phi(self, x: Tensor) -> Tensor:
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
             x = x.to(dtype)

@@ -18,15 +18,19 @@ rotated output (which attention keeps anyway) for backward, instead of per-head 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 __all__ = ["inv_frequencies", "rotate", "rotate_reference"]
 
 
+@functools.lru_cache(maxsize=16)
 def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None) -> Tensor:
-    """theta^(-2k/d) for k < d/2, fp32. Shape [d/2]."""
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    """theta^(-2k/d) for k < d/2, fp32. Shape [d/2]. Cached: every RePo layer asks on every forward."""
+    with torch.inference_mode(False):  # a cached inference tensor could not be saved for backward later
+        return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
 
 
 def _compute_dtype(x: Tensor, positions: Tensor) -> torch.dtype:

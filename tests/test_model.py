@@ -274,6 +274,31 @@ def test_positions_are_computed_in_fp32_under_bf16_autocast():
     assert (z_bf16.double() - exact).abs().max() > 1.0  # what the reference's bf16 matmuls lose
 
 
+def test_f_phi_recomputes_its_fp32_copy_for_low_precision_inputs():
+    """For a bf16 block input f_phi is checkpointed (nothing fp32 kept); gradients equal the direct path."""
+    block = build_model(tiny_config(n_layers=1, pe_mode="repo")).transformer.blocks[0].bfloat16()
+    x = torch.randn(2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(2, 4, 16)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        z = block.predict_positions(x)
+    assert z.dtype == torch.float32 and all(t.dtype != torch.float32 or t.numel() < x.numel() for t in saved)
+    grads = torch.autograd.grad(z, (x, block.gate_map.weight, block.final_map.weight), g)
+    direct = torch.autograd.grad(block._f_phi(x), (x, block.gate_map.weight, block.final_map.weight), g)
+    for a, b in zip(grads, direct):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_inv_frequencies_cached_under_inference_mode_still_train():
+    from olmo_repo.rope import inv_frequencies
+
+    inv_frequencies.cache_clear()
+    model = build_model(tiny_config(pe_mode="repo"))
+    with torch.inference_mode():
+        model(_ids())
+    model(_ids()).logits.sum().backward()
+
+
 def test_bf16_autocast_training_step_runs():
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -1,0 +1,299 @@
+"""RePo vs RoPE vs NoPE, side by side in one process: step time, peak step memory, decode time per token.
+
+    .venv/bin/python bench/bench_repo.py --size cpu          # OLMo-2 1B layer width, a few layers, T=512
+    .venv/bin/python bench/bench_repo.py --size gpu-1b       # the full 1B shape at 4096 context (CUDA)
+
+Variants share the base weights and the inputs; repetitions are interleaved in a shuffled order each round,
+so drift of a shared machine hits every variant alike. `repo-reference` is RePo with the reference
+implementation's approach to rotation: per-head fp32 cos/sin tables [B, H, T, d] built by autograd and kept
+for backward (`olmo_repo.rope.rotate_reference`). The last printed line is
+
+    RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>
+
+(ratios of medians). `--json PATH` writes every measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from olmo.model import OLMo
+
+import olmo_repo.block
+from olmo_repo import RepoModelConfig, build_model
+from olmo_repo.rope import rotate_reference
+
+
+@dataclass(frozen=True)
+class Size:
+    d_model: int
+    n_heads: int
+    n_layers: int
+    pe_start_layer: int
+    mlp_ratio: int
+    vocab: int
+    batch: int
+    seq: int
+    prompt: int
+    new_tokens: int
+    reps: int
+
+
+SIZES = {
+    # A smoke size for tests.
+    "tiny": Size(64, 4, 2, 1, 4, 128, 2, 32, 16, 4, 2),
+    # OLMo-2 1B layer width and heads; RePo in 2 of 3 layers (the 1B has 11 of 16). The vocabulary is cut to
+    # 4096 so that the output layer does not dwarf three blocks (in the 1B, 16 blocks outweigh it 5:1).
+    "cpu": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 5),
+    # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15.
+    "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10),
+}
+
+
+def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
+    return RepoModelConfig(
+        d_model=size.d_model,
+        n_heads=size.n_heads,
+        n_layers=size.n_layers,
+        mlp_ratio=size.mlp_ratio,
+        weight_tying=False,
+        rope=True,
+        rope_theta=500_000,
+        flash_attention=device == "cuda",
+        attention_dropout=0.0,
+        residual_dropout=0.0,
+        embedding_dropout=0.0,
+        include_bias=False,
+        layer_norm_type="rms",
+        layer_norm_eps=1e-6,
+        bias_for_layer_norm=False,
+        attention_layer_norm=True,
+        norm_after=True,
+        max_sequence_length=max(size.seq, size.prompt + size.new_tokens),
+        vocab_size=size.vocab,
+        embedding_size=(size.vocab + 127) // 128 * 128,
+        init_device=device,
+        init_cutoff_factor=3,
+        pe_mode=pe_mode,
+        pe_start_layer=0 if pe_mode == "nope" else size.pe_start_layer,
+    )
+
+
+@contextlib.contextmanager
+def reference_rotation(enabled: bool) -> Iterator[None]:
+    """Swap the block's rotation for the reference approach (materialised per-head cos/sin tables)."""
+    original = olmo_repo.block.rotate
+    if enabled:
+        olmo_repo.block.rotate = rotate_reference
+    try:
+        yield
+    finally:
+        olmo_repo.block.rotate = original
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_step(model: OLMo, ids: torch.Tensor, amp: torch.dtype | None) -> None:
+    with torch.autocast(ids.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+        logits = model(ids[:, :-1]).logits
+    loss = F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten())
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+@torch.no_grad()
+def decode_time(
+    model: OLMo, prompt: torch.Tensor, new_tokens: int, amp: torch.dtype | None, device: str
+) -> float:
+    """Seconds per generated token with the KV cache (prefill excluded)."""
+    with torch.autocast(prompt.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+        out = model(prompt, use_cache=True, last_logits_only=True)
+        past, token = out.attn_key_values, out.logits.argmax(-1)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(new_tokens):
+            out = model(token, past_key_values=past, use_cache=True)
+            past, token = out.attn_key_values, out.logits[:, -1:].argmax(-1)
+        sync(device)
+    return (time.perf_counter() - start) / new_tokens
+
+
+def peak_step_memory(step: Callable[[], None], model: OLMo, device: str) -> int:
+    """Bytes: the model's weights plus the highest allocation above them during one training step."""
+    resident = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        return resident + torch.cuda.max_memory_allocated() - base
+    # CPU: torch keeps no allocator statistics, so replay the profiler's allocation events.
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return resident + peak
+
+
+def saved_activation_memory(model: OLMo, ids: torch.Tensor, amp: torch.dtype | None) -> int:
+    """Bytes that autograd keeps from the forward for the backward, weights excluded (unique storages)."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(ids.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            logits = model(ids[:, :-1]).logits
+    del logits
+    return sum(saved.values())
+
+
+def spread(values: list[float]) -> str:
+    med = statistics.median(values)
+    return f"{med * 1e3:9.2f} ms (±{(max(values) - min(values)) / 2 / med * 100:4.1f}%)"
+
+
+def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
+    size = SIZES[size_name]
+    reps = reps or size.reps
+    amp = torch.bfloat16 if device == "cuda" else None
+    torch.manual_seed(seed)
+    variants = {"rope": "rope", "repo": "repo", "nope": "nope", "repo-reference": "repo"}
+    models = {}
+    for name, mode in variants.items():
+        torch.manual_seed(seed)  # same base weights for every variant
+        models[name] = build_model(model_config(size, mode, device)).train()
+    ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
+    prompt = torch.randint(0, size.vocab, (1, size.prompt), device=device)
+
+    def step(name: str) -> Callable[[], None]:
+        def go() -> None:
+            with reference_rotation(name == "repo-reference"):
+                train_step(models[name], ids, amp)
+
+        return go
+
+    for name in variants:  # warm-up: allocator, kernels, autotuning
+        step(name)()
+    step_s: dict[str, list[float]] = {n: [] for n in variants}
+    decode_s: dict[str, list[float]] = {n: [] for n in variants}
+    order = list(variants)
+    for _ in range(reps):
+        random.shuffle(order)
+        for name in order:
+            sync(device)
+            start = time.perf_counter()
+            step(name)()
+            sync(device)
+            step_s[name].append(time.perf_counter() - start)
+        random.shuffle(order)
+        for name in order:
+            models[name].eval()
+            with reference_rotation(name == "repo-reference"):
+                decode_s[name].append(decode_time(models[name], prompt, size.new_tokens, amp, device))
+            models[name].train()
+    memory = {n: peak_step_memory(step(n), models[n], device) for n in variants}
+    activations = {}
+    for name in variants:
+        with reference_rotation(name == "repo-reference"):
+            activations[name] = saved_activation_memory(models[name], ids, amp)
+
+    med = {n: statistics.median(v) for n, v in step_s.items()}
+    dec = {n: statistics.median(v) for n, v in decode_s.items()}
+    return {
+        "size": size_name,
+        "shape": size.__dict__,
+        "device": torch.cuda.get_device_name()
+        if device == "cuda"
+        else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "step_s": step_s,
+        "decode_s_per_token": decode_s,
+        "peak_step_memory_bytes": memory,
+        "saved_activation_bytes": activations,
+        "ratios_vs_rope": {
+            n: {
+                "step": med[n] / med["rope"],
+                "memory": memory[n] / memory["rope"],
+                "activations": activations[n] / activations["rope"],
+                "decode": dec[n] / dec["rope"],
+            }
+            for n in variants
+        },
+    }
+
+
+def report(result: dict) -> str:
+    lines = [
+        f"size={result['size']} device={result['device']} threads={result['threads']} torch={result['torch']}",
+        f"{'variant':<16}{'step (median, ±half-range)':>32}{'peak step memory':>20}{'saved activations':>20}"
+        f"{'decode / token':>30}",
+    ]
+    for name in result["step_s"]:
+        lines.append(
+            f"{name:<16}{spread(result['step_s'][name]):>32}"
+            f"{result['peak_step_memory_bytes'][name] / 2**20:>16.1f} MiB"
+            f"{result['saved_activation_bytes'][name] / 2**20:>16.1f} MiB"
+            f"{spread(result['decode_s_per_token'][name]):>30}"
+        )
+    for name, r in result["ratios_vs_rope"].items():
+        if name != "rope":
+            lines.append(
+                f"{name}/rope: step={r['step']:.3f} memory={r['memory']:.3f} "
+                f"activations={r['activations']:.3f} decode={r['decode']:.3f}"
+            )
+    r = result["ratios_vs_rope"]["repo"]
+    lines.append(f"RePo/RoPE step={r['step']:.3f} memory={r['memory']:.3f} decode={r['decode']:.3f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", choices=sorted(SIZES), default="cpu", help="model and batch shape (default: cpu)"
+    )
+    parser.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: per size)")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (default: cuda if present)",
+    )
+    parser.add_argument("--json", default=None, help="also write all measurements to this JSON file")
+    args = parser.parse_args()
+    result = run(args.size, args.reps, args.device)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    print(report(result))
+
+
+if __name__ == "__main__":
+    main()

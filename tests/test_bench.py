@@ -1,0 +1,33 @@
+"""A smoke run of the benchmark at tiny size: it runs, and its output has the promised form."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+
+def test_benchmark_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_repo.py"),
+        "--size",
+        "tiny",
+        "--reps",
+        "2",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"RePo/RoPE step=\d+\.\d{3} memory=\d+\.\d{3} decode=\d+\.\d{3}", last), last
+    result = json.loads(out.read_text())
+    assert set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
+    assert all(len(v) == 2 and min(v) > 0 for v in result["step_s"].values())
+    assert all(v > 0 for v in result["peak_step_memory_bytes"].values())
+    ratio = result["ratios_vs_rope"]["repo"]
+    assert f"step={ratio['step']:.3f}" in last
