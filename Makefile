@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint demo clean
+.PHONY: install test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ lint: install
 
 demo: install
 	$(BIN)/python scripts/demo.py
+
+# RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine). See bench/RESULTS.md.
+bench: install
+	$(BIN)/python bench/bench_repo.py --size cpu --json bench/last-cpu.json
 
 clean:
 	rm -rf $(VENV) runs

@@ -92,13 +92,13 @@ def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
 @contextlib.contextmanager
 def reference_rotation(enabled: bool) -> Iterator[None]:
     """Swap the block's rotation for the reference approach (materialised per-head cos/sin tables)."""
-    original = olmo_repo.block.rotate
+    original = olmo_repo.block.rotate_qk
     if enabled:
-        olmo_repo.block.rotate = rotate_reference
+        olmo_repo.block.rotate_qk = lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
     try:
         yield
     finally:
-        olmo_repo.block.rotate = original
+        olmo_repo.block.rotate_qk = original
 
 
 def sync(device: str) -> None:

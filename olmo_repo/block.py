@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .config import PositionMode, layer_modes
-from .rope import inv_frequencies, rotate
+from .rope import inv_frequencies, rotate_qk
 
 __all__ = ["RepoSequentialBlock", "predict_positions"]
 
@@ -119,7 +119,7 @@ class RepoSequentialBlock(OLMoSequentialBlock):
 
         if positions is not None:
             inv_freq = inv_frequencies(head_dim, self.config.rope_theta, q.device)
-            q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+            q, k = rotate_qk(q, k, positions, inv_freq)
 
         if layer_past is not None:  # cached keys are already rotated
             k = torch.cat((layer_past[0], k), dim=-2)

@@ -23,7 +23,7 @@ import functools
 import torch
 from torch import Tensor
 
-__all__ = ["inv_frequencies", "rotate", "rotate_reference"]
+__all__ = ["inv_frequencies", "rotate", "rotate_qk", "rotate_reference"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -44,36 +44,53 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
 
 
 class _Rotate(torch.autograd.Function):
+    """Rotate several tensors (a layer's q and k) by the same positions: cos/sin are computed once."""
+
     @staticmethod
-    def forward(ctx, x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            dtype = _compute_dtype(x, positions)
+    def forward(ctx, positions: Tensor, inv_freq: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
+        with torch.autocast(positions.device.type, enabled=False):
+            dtype = _compute_dtype(xs[0], positions)
             cos, sin = _cos_sin(positions, inv_freq, dtype)
-            x1, x2 = x.to(dtype).chunk(2, dim=-1)
-            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
-        ctx.save_for_backward(out, positions, inv_freq)
-        return out
+            outs = []
+            for x in xs:
+                x1, x2 = x.to(dtype).chunk(2, dim=-1)
+                outs.append(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype))
+        ctx.save_for_backward(positions, inv_freq, *outs)
+        return tuple(outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
-        out, positions, inv_freq = ctx.saved_tensors
-        with torch.autocast(grad.device.type, enabled=False):
-            dtype = _compute_dtype(grad, positions)
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        positions, inv_freq, *outs = ctx.saved_tensors
+        grad_pos, grad_xs = None, []
+        with torch.autocast(positions.device.type, enabled=False):
+            dtype = _compute_dtype(outs[0], positions)
             cos, sin = _cos_sin(positions, inv_freq, dtype)
-            g1, g2 = grad.to(dtype).chunk(2, dim=-1)
-            grad_x = grad_pos = None
-            if ctx.needs_input_grad[0]:
-                grad_x = torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
-            if ctx.needs_input_grad[1]:
-                o1, o2 = out.to(dtype).chunk(2, dim=-1)
-                grad_pos = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1).to(positions.dtype)  # [B, H, T]
-        return grad_x, grad_pos, None
+            for grad, out, needed in zip(grads, outs, ctx.needs_input_grad[2:]):
+                if grad is None:
+                    grad_xs.append(None)
+                    continue
+                g1, g2 = grad.to(dtype).chunk(2, dim=-1)
+                grad_xs.append(
+                    torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
+                    if needed
+                    else None
+                )
+                if ctx.needs_input_grad[0]:
+                    o1, o2 = out.to(dtype).chunk(2, dim=-1)
+                    term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1)  # [B, H, T]
+                    grad_pos = term if grad_pos is None else grad_pos + term
+        return (None if grad_pos is None else grad_pos.to(positions.dtype), None, *grad_xs)
 
 
 def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
     """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32). Returns x's shape and dtype."""
-    return _Rotate.apply(x, positions, inv_freq)
+    return _Rotate.apply(positions, inv_freq, x)[0]
+
+
+def rotate_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """`rotate` for a layer's q and k [B, H, T, d] at once, sharing the cos/sin work."""
+    return _Rotate.apply(positions, inv_freq, q, k)
 
 
 def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:

@@ -182,10 +182,36 @@ def test_positions_are_trained_end_to_end(monkeypatch):
     analytic = (grads["transformer.blocks.1.final_map.weight"] * direction).sum()
     torch.testing.assert_close(analytic, numeric, rtol=5e-3, atol=0)
 
-    monkeypatch.setattr("olmo_repo.block.rotate", rotate_reference)
+    _plain_rotation(monkeypatch)
     plain = _grads(model, ids)
     for key in grads:
         torch.testing.assert_close(grads[key], plain[key], rtol=1e-6, atol=1e-12)
+
+
+def _plain_rotation(monkeypatch) -> None:
+    monkeypatch.setattr(
+        "olmo_repo.block.rotate_qk", lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
+    )
+
+
+@pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
+def test_efficient_rotation_equals_plain_formula_in_the_model(monkeypatch, strategy):
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
+    _spread_positions(model)
+    model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
+    ids = _ids()
+    fast_logits, fast = model(ids).logits, _grads(model, ids)
+    with torch.no_grad():
+        out = model(ids[:, :-1], use_cache=True)
+        fast_step = model(ids[:, -1:], past_key_values=out.attn_key_values).logits
+    _plain_rotation(monkeypatch)
+    torch.testing.assert_close(model(ids).logits, fast_logits, rtol=1e-6, atol=1e-6)
+    plain = _grads(model, ids)
+    for key in fast:
+        torch.testing.assert_close(fast[key], plain[key], rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        out = model(ids[:, :-1], use_cache=True)
+        torch.testing.assert_close(model(ids[:, -1:], past_key_values=out.attn_key_values).logits, fast_step)
 
 
 def test_olmo_optimizer_groups_accept_the_model_and_decay_f_phi():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from olmo.model import BufferCache, RotaryEmbedding
 
-from olmo_repo.rope import inv_frequencies, rotate, rotate_reference
+from olmo_repo.rope import inv_frequencies, rotate, rotate_qk, rotate_reference
 
 from .conftest import tiny_config
 
@@ -46,6 +46,33 @@ def test_gradcheck_float64():
     z = (torch.randn(1, 2, 5, dtype=torch.float64) * 3).requires_grad_()
     inv_freq = inv_frequencies(8, 100.0).double()
     assert torch.autograd.gradcheck(lambda a, b: rotate(a, b, inv_freq), (x, z))
+
+
+@pytest.mark.parametrize("use", ["both", "q only", "k only"])
+def test_rotate_qk_equals_two_rotations_with_gradients(use):
+    q = torch.randn(2, 3, 9, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 9, 8, dtype=torch.float64, requires_grad=True)
+    z = (torch.randn(2, 3, 9, dtype=torch.float64) * 10).requires_grad_()
+    inv_freq = inv_frequencies(8, 1000.0).double()
+
+    def loss(qr, kr):
+        terms = {
+            "both": (qr * kr).sum() + qr.pow(2).sum(),
+            "q only": qr.pow(3).sum(),
+            "k only": kr.sin().sum(),
+        }
+        return terms[use]
+
+    fast = torch.autograd.grad(loss(*rotate_qk(q, k, z, inv_freq)), (q, k, z), allow_unused=True)
+    plain = torch.autograd.grad(
+        loss(rotate_reference(q, z, inv_freq), rotate_reference(k, z, inv_freq)), (q, k, z), allow_unused=True
+    )
+    for a, b in zip(fast, plain):
+        if b is None:
+            assert a is None or a.abs().max() == 0
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b, c: rotate_qk(a, b, c, inv_freq), (q, k, z))
 
 
 def test_rotation_preserves_norm_and_relative_positions():
