@@ -110,9 +110,9 @@ class RepoSequentialBlock(OLMoSequentialBlock):
         B, T, C = q.size()
         head_dim = C // self.config.n_heads
         n_kv = self.config.effective_n_kv_heads
+        dtype = k.dtype
         if self.q_norm is not None and self.k_norm is not None:
-            q = self.q_norm(q).to(dtype=k.dtype)
-            k = self.k_norm(k).to(dtype=k.dtype)
+            q, k = self.q_norm(q).to(dtype), self.k_norm(k).to(dtype)
         q = q.view(B, T, self.config.n_heads, head_dim).transpose(1, 2)  # [B, H, T, hd]
         k = k.view(B, T, n_kv, head_dim).transpose(1, 2)  # [B, H_kv, T, hd]
         v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
@@ -128,7 +128,7 @@ class RepoSequentialBlock(OLMoSequentialBlock):
 
         if bias is not None:
             query_len, key_len = q.shape[-2], k.shape[-2]
-            bias = self._cast_attn_bias(bias[:, :, key_len - query_len : key_len, :key_len], v.dtype)
+            bias = self._cast_attn_bias(bias[:, :, key_len - query_len : key_len, :key_len], dtype)
         att = self._scaled_dot_product_attention(
             q,
             k,
