@@ -17,12 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: install
-	$(BIN)/ruff check olmo_repo scripts tests bench
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check olmo_repo scripts tests bench
-	$(BIN)/ruff format --check olmo_repo scripts tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 demo: install
 	$(BIN)/python scripts/demo.py
