@@ -20,7 +20,9 @@ __all__ = ["load_model"]
 
 def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
     """Build the model of an unsharded checkpoint and load its weights strictly. Returns it in eval mode."""
-    config = RepoModelConfig.load(resource_path(checkpoint_dir, "config.yaml"), key="model", validate_paths=False)
+    config = RepoModelConfig.load(
+        resource_path(checkpoint_dir, "config.yaml"), key="model", validate_paths=False
+    )
     config.init_device = "cpu"
     model = build_model(config)
     state_dict = torch.load(resource_path(checkpoint_dir, "model.pt"), map_location="cpu", weights_only=True)
