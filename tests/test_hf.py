@@ -134,6 +134,7 @@ def test_output_positions_are_the_olmo_positions(converted):
         out = hf(ids, output_positions=True)
         base = hf.model(ids, output_positions=True)
     assert sorted(out.positions) == sorted(expected)
+    assert max(z.max() - z.min() for z in expected.values()) > 10  # rotations matter in these tests
     for layer, z in expected.items():
         assert out.positions[layer].shape == (2, 4, 24) and out.positions[layer].dtype == torch.float32
         torch.testing.assert_close(out.positions[layer], z, rtol=1e-5, atol=1e-5)
@@ -541,3 +542,44 @@ def test_scripts_explain_every_flag(capsys):
             assert f"{flag} " in text
     for script in ("convert_to_hf.py", "convert_from_hf.py"):  # the scripts only call the package
         assert "_main()" in (ROOT / "scripts" / script).read_text()
+
+
+# ------------------------------------------------------------------------------------------- lm-eval
+
+TASKS = ROOT / "olmo_repo" / "eval" / "lm_eval_tasks"
+
+
+def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
+    """The README's lm-eval command (HF backend, remote code) on the tiny offline tasks; the multiple-choice
+    accuracy it reports is the one the OLMo model gives by summing the choices' log-probabilities."""
+    pytest.importorskip("lm_eval", reason="install the `eval` extra")
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    command = [
+        *(sys.executable, "-m", "lm_eval", "--model", "hf"),
+        *("--model_args", f"pretrained={hf_dir},trust_remote_code=True,dtype=float32"),
+        *("--tasks", "repo_tiny_mc,repo_tiny_gen", "--include_path", str(TASKS)),
+        *("--device", "cpu", "--batch_size", "4", "--output_path", str(tmp_path / "results")),
+    ]
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules")
+    )
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (results_file,) = (tmp_path / "results").rglob("results_*.json")
+    results = json.loads(results_file.read_text())["results"]
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    docs = [json.loads(line) for line in (TASKS / "repo_tiny.jsonl").read_text().splitlines()]
+    correct = 0
+    for doc in docs:
+        scores = []
+        for choice in doc["choices"]:
+            n_ctx = len(tok.encode(doc["context"]).ids)
+            ids = torch.tensor([tok.encode(doc["context"] + choice).ids])
+            with torch.no_grad():
+                logprobs = olmo(ids).logits.log_softmax(-1)[0, n_ctx - 1 : -1]
+            scores.append(logprobs.gather(-1, ids[0, n_ctx:, None]).sum().item())
+        correct += max(range(len(scores)), key=scores.__getitem__) == doc["answer"]
+    assert results["repo_tiny_mc"]["acc,none"] == pytest.approx(correct / len(docs))
+    assert 0.0 <= results["repo_tiny_gen"]["exact_match,none"] <= 1.0
