@@ -415,10 +415,10 @@ def _save_hf(
         config.auto_map = dict(AUTO_MAP)
         for name, source in REMOTE_CODE.items():
             shutil.copyfile(source, out / name)
-    model.save_pretrained(out)
-    GenerationConfig(
+    model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id
-    ).save_pretrained(out)
+    )
+    model.save_pretrained(out)  # config.json, safetensors (sharded when large), generation_config.json
 
 
 # ------------------------------------------------------------------------------------------- conversions
