@@ -583,3 +583,27 @@ def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
         correct += max(range(len(scores)), key=scores.__getitem__) == doc["answer"]
     assert results["repo_tiny_mc"]["acc,none"] == pytest.approx(correct / len(docs))
     assert 0.0 <= results["repo_tiny_gen"]["exact_match,none"] <= 1.0
+
+
+def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):
+    ckpt, olmo = make_checkpoint(
+        tmp_path / "olmo", tokenizer_file, weight_tying=True, pe_mode="repo", pe_start_layer=2
+    )
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    ids = _ids()
+    with torch.no_grad():
+        assert (hf(ids).logits - olmo(ids).logits).abs().max() <= 1e-5
+    restored = torch.load(convert_from_hf(hf_dir, tmp_path / "back") / "model.pt", weights_only=True)
+    original = olmo.state_dict()
+    assert restored.keys() == original.keys() and all(torch.equal(restored[k], original[k]) for k in original)
+    # bf16 weights: positions still come out in fp32 (f_phi and the angles run in fp32).
+    bf16 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        out = bf16(ids, output_positions=True)
+        reference = hf(ids, output_positions=True)
+    assert out.logits.dtype == torch.bfloat16 and all(
+        z.dtype == torch.float32 for z in out.positions.values()
+    )
+    assert (out.logits.float() - reference.logits).abs().max() < 0.1
