@@ -11,4 +11,6 @@ import datasets
 def load_docs(**_: object) -> datasets.DatasetDict:
     """lm-eval `custom_dataset`: the jsonl as a one-split ("test") DatasetDict."""
     lines = (Path(__file__).parent / "repo_tiny.jsonl").read_text().splitlines()
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list([json.loads(line) for line in lines if line])})
+    return datasets.DatasetDict(
+        {"test": datasets.Dataset.from_list([json.loads(line) for line in lines if line])}
+    )
