@@ -50,6 +50,9 @@ MODES = {
     "nope": dict(pe_mode="nope"),
     "hybrid-repo": dict(pe_mode="repo", pe_layer_ids=[0, 2]),
     "hybrid-nope": dict(pe_mode="nope", pe_layer_ids=[1, 3]),  # R2N1-like
+    "nope-gqa": dict(
+        pe_mode="nope", pe_layer_ids=[1, 3], n_kv_heads=2
+    ),  # NoPE allows grouped-query attention
 }
 
 
@@ -473,6 +476,7 @@ def test_existing_output_is_refused_unless_forced(tmp_path, tokenizer_file, caps
     hf = AutoModelForCausalLM.from_pretrained(out)
     assert hf.config.dtype == torch.bfloat16 and hf.model.embed_tokens.weight.dtype == torch.bfloat16
     assert convert_from_hf_main(["--input", str(out), "--output", str(ckpt)]) == 1  # the input itself
+    assert convert_from_hf_main(["--input", str(tmp_path / "missing"), "--output", str(tmp_path / "x")]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]  # nothing staged is left
 
 

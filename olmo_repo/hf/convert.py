@@ -102,7 +102,7 @@ _HF_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
 
 def _check_olmo2_shape(config: ModelConfig) -> None:
-    """Raise one ValueError per OLMo setting that HF's Olmo2 cannot express."""
+    """Raise a ValueError naming the first OLMo setting that HF's Olmo2 cannot express."""
     required = {
         "norm_after": (config.norm_after, True),
         "attention_layer_norm": (config.attention_layer_norm, True),
