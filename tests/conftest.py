@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Tests never download: set before anything imports huggingface_hub (which reads it once).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch

@@ -1,0 +1,613 @@
+"""Hugging Face side: OLMo <-> HF parity per position mode, KV cache, YaRN, remote code, conversions, errors.
+
+Everything is real: tiny OLMo models are saved as checkpoints, converted with the package's converters and
+loaded with transformers' `from_pretrained` from temporary directories (offline).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+
+import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from olmo_repo import (
+    PositionMode,
+    RepoSequentialBlock,
+    RepoTrainConfig,
+    build_model,
+    layer_modes,
+    predict_positions,
+)
+from olmo_repo.checkpoint import load_model
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
+from olmo_repo.hf.convert import (
+    _staged_dir,
+    convert_from_hf,
+    convert_to_hf,
+    hf_config_from_olmo,
+    read_hf_config,
+)
+from olmo_repo.hf.modeling_repo_olmo2 import RepoOlmo2Attention
+
+from .conftest import ROOT, tiny_config
+
+VOCAB, EMBEDDING, EOS, PAD = 258, 384, 256, 257
+MODES = {
+    "repo": dict(pe_mode="repo", pe_start_layer=1),
+    "rope": dict(),
+    "nope": dict(pe_mode="nope"),
+    "hybrid-repo": dict(pe_mode="repo", pe_layer_ids=[0, 2]),
+    "hybrid-nope": dict(pe_mode="nope", pe_layer_ids=[1, 3]),  # R2N1-like
+    "nope-gqa": dict(
+        pe_mode="nope", pe_layer_ids=[1, 3], n_kv_heads=2
+    ),  # NoPE allows grouped-query attention
+}
+
+
+@pytest.fixture(scope="session")
+def tokenizer_file(tmp_path_factory) -> Path:
+    """A lossless byte-level tokenizer: 256 byte tokens, then <eos> (256) and <pad> (257)."""
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({"<eos>": EOS, "<pad>": PAD})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<eos>", "<pad>"])
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def _spread_positions(model) -> None:
+    """At init f_phi predicts positions ~1e-4; widen them so that rotations matter."""
+    for block in model.modules():
+        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
+            for linear in (block.gate_map, block.content_map, block.final_map):
+                torch.nn.init.normal_(linear.weight, std=0.5)
+
+
+def make_checkpoint(path: Path, tokenizer: Path, **overrides):
+    """Save a tiny OLMo model as an unsharded checkpoint dir; return (dir, model in eval mode)."""
+    config = RepoTrainConfig(
+        model=tiny_config(
+            vocab_size=VOCAB, embedding_size=EMBEDDING, eos_token_id=EOS, pad_token_id=PAD, **overrides
+        )
+    )
+    config.tokenizer.identifier = str(tokenizer)
+    model = build_model(config.model)
+    _spread_positions(model)
+    path.mkdir(parents=True)
+    config.save(path / "config.yaml")
+    torch.save(model.state_dict(), path / "model.pt")
+    return path, model.eval()
+
+
+def _ids(T: int = 24, B: int = 2) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (B, T))
+
+
+@pytest.fixture(params=list(MODES))
+def converted(request, tmp_path, tokenizer_file):
+    """(mode name, OLMo model, HF dir) for every position mode."""
+    ckpt, model = make_checkpoint(tmp_path / "olmo", tokenizer_file, **MODES[request.param])
+    out = convert_to_hf(ckpt, tmp_path / "hf")
+    return request.param, model, out
+
+
+# --------------------------------------------------------------------------------------------- parity
+
+
+def test_logits_match_olmo(converted):
+    mode, olmo, hf_dir = converted
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    if mode == "rope":  # no RePo/NoPE layer: a plain Olmo2 checkpoint that stock transformers loads
+        assert type(hf) is Olmo2ForCausalLM and hf.config.model_type == "olmo2"
+        assert not (hf_dir / "modeling_repo_olmo2.py").exists()
+    else:
+        assert type(hf) is RepoOlmo2ForCausalLM and hf.config.layer_modes() == [
+            str(m) for m in layer_modes(olmo.config)
+        ]
+    ids = _ids()
+    with torch.no_grad():
+        diff = (hf(ids).logits - olmo(ids).logits).abs().max().item()
+    print(f"\nmax |HF - OLMo| logits, {mode}: {diff:.3g}")
+    assert diff <= 1e-5
+
+
+def test_output_positions_are_the_olmo_positions(converted):
+    mode, olmo, hf_dir = converted
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    ids = _ids()
+    expected = predict_positions(olmo, ids)
+    if mode == "rope":
+        return
+    with torch.no_grad():
+        out = hf(ids, output_positions=True)
+        base = hf.model(ids, output_positions=True)
+    assert sorted(out.positions) == sorted(expected)
+    assert not expected or max(z.max() - z.min() for z in expected.values()) > 10  # rotations matter here
+    for layer, z in expected.items():
+        assert out.positions[layer].shape == (2, 4, 24) and out.positions[layer].dtype == torch.float32
+        torch.testing.assert_close(out.positions[layer], z, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(base.positions[layer], z, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        as_tuple = hf(ids, output_positions=True, return_dict=False)
+    assert isinstance(as_tuple, tuple) and as_tuple[-1].keys() == expected.keys()
+
+
+# --------------------------------------------------------------------------------------------- cache
+
+
+def test_generate_with_cache_equals_without(converted):
+    mode, _, hf_dir = converted
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    prompt = _ids(T=8)
+    kwargs = dict(max_new_tokens=16, do_sample=False, min_new_tokens=16, eos_token_id=None)
+    cached = hf.generate(prompt, use_cache=True, **kwargs)
+    uncached = hf.generate(prompt, use_cache=False, **kwargs)
+    assert cached.shape == (2, 24)
+    assert torch.equal(cached, uncached), mode
+    # Stronger: incremental decoding with the cache reproduces the full forward's logits.
+    with torch.no_grad():
+        full = hf(cached).logits
+        out = hf(cached[:, :10], use_cache=True)
+        pieces, cache = [out.logits], out.cache
+        for t in range(10, cached.shape[1]):
+            out = hf(cached[:, t : t + 1], cache=cache, use_cache=True)
+            pieces.append(out.logits)
+            cache = out.cache
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------- YaRN
+
+
+def _yarn_formula(head_dim: int, theta: float, factor: float, original: int) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2023, sec. 3.2-3.4) written out: per frequency, interpolate (divide by the factor) the
+    wavelengths longer than the original context / beta_slow(=1) rotations, keep those with more than
+    beta_fast(=32) rotations, ramp linearly between; attention temperature sqrt(1/t) = 0.1 ln(s) + 1."""
+    d = head_dim
+    k = torch.arange(d // 2, dtype=torch.float64)
+    base = theta ** (-2 * k / d)
+
+    def dim_of(rotations: float) -> float:  # the dimension index whose frequency does `rotations` turns
+        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), d - 1)
+    ramp = ((k - low) / (high - low)).clamp(0, 1)  # 0: extrapolate (keep), 1: interpolate
+    inv_freq = base * (1 - ramp) + base / factor * ramp
+    return inv_freq, 0.1 * math.log(factor) + 1.0
+
+
+def _attention_by_hand(attn, x, positions, inv_freq, scale):
+    """Causal attention of one layer, computed in float64 from the plain RoPE formula (no package code)."""
+    B, T, _ = x.shape
+    H = attn.config.num_attention_heads
+    q = attn.q_norm(attn.q_proj(x)).view(B, T, H, -1).transpose(1, 2).double()
+    k = attn.k_norm(attn.k_proj(x)).view(B, T, H, -1).transpose(1, 2).double()
+    v = attn.v_proj(x).view(B, T, H, -1).transpose(1, 2).double()
+    angles = positions.double()[..., None] * inv_freq  # [B, H, T, d/2]
+    cos, sin = torch.cat((angles.cos(),) * 2, -1), torch.cat((angles.sin(),) * 2, -1)
+
+    def rot(t):
+        t1, t2 = t.chunk(2, dim=-1)
+        return (t * cos + torch.cat((-t2, t1), dim=-1) * sin) * scale
+
+    q, k = rot(q), rot(k)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, -1)
+    return attn.o_proj(out.to(x.dtype))
+
+
+@pytest.mark.parametrize("spelling", ["rope_parameters", "rope_scaling"])
+def test_yarn_applies_to_rope_layers_and_repo_positions(tmp_path, tokenizer_file, spelling):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    factor, original, theta = 4.0, 16, 500_000.0
+    if spelling == "rope_parameters":  # transformers 5.x, here as a from_pretrained override
+        yarn = dict(
+            rope_type="yarn", rope_theta=theta, factor=factor, original_max_position_embeddings=original
+        )
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, rope_parameters=yarn).eval()
+    else:  # the legacy config.json keys (rope_theta + rope_scaling), as older checkpoints write them
+        config = json.loads((hf_dir / "config.json").read_text())
+        del config["rope_parameters"]
+        config["rope_theta"] = theta
+        config["rope_scaling"] = {
+            "type": "yarn",
+            "factor": factor,
+            "original_max_position_embeddings": original,
+        }
+        (hf_dir / "config.json").write_text(json.dumps(config))
+        model = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert model.config.rope_parameters["rope_type"] == "yarn"
+    inv_freq, scale = _yarn_formula(16, theta, factor, original)
+    assert abs(scale - (0.1 * math.log(4) + 1)) < 1e-12
+    for rotary in [model.model.rotary_emb] + [layer.self_attn.rotary_emb for layer in model.model.layers[1:]]:
+        torch.testing.assert_close(rotary.inv_freq.double(), inv_freq, rtol=1e-6, atol=0)
+        assert rotary.attention_scaling == pytest.approx(scale)
+    assert (
+        inv_freq - _yarn_formula(16, theta, 1.0, original)[0]
+    ).abs().max() > 1e-3  # YaRN changes something
+
+    x = torch.randn(2, 40, 64)  # longer than the original context
+    ids = torch.arange(40)
+    with torch.no_grad():
+        # A stock RoPE layer: integer positions.
+        rope_attn = model.model.layers[0].self_attn
+        cos_sin = model.model.rotary_emb(x, ids[None])
+        got, _ = rope_attn(x, cos_sin, None)
+        want = _attention_by_hand(rope_attn, x, ids.expand(2, 4, 40), inv_freq, scale)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # A RePo layer: its own predicted positions, same inv_freq and attention factor.
+        repo_attn = model.model.layers[2].self_attn
+        assert isinstance(repo_attn, RepoOlmo2Attention)
+        z = repo_attn.predict_positions(x)
+        assert z.abs().max() > 1.0
+        got, _ = repo_attn(x, cos_sin, None)
+        want = _attention_by_hand(repo_attn, x, z, inv_freq, scale)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # The whole model still decodes with the cache under YaRN.
+        prompt = _ids(T=8)
+        kwargs = dict(max_new_tokens=8, do_sample=False, min_new_tokens=8, eos_token_id=None)
+        assert torch.equal(
+            model.generate(prompt, **kwargs), model.generate(prompt, use_cache=False, **kwargs)
+        )
+
+
+# ------------------------------------------------------------------------------------------- remote code
+
+_BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("olmo_repo", "olmo", "olmo_data"):
+            raise ImportError(f"{name} is blocked in this test")
+sys.meta_path.insert(0, Block())
+"""
+
+_REMOTE_LOAD = """
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+hf_dir, ids_file, out_file = sys.argv[1:]
+model = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+tok = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)
+assert tok.decode(tok("hello RePo").input_ids) == "hello RePo"
+ids = torch.load(ids_file)
+with torch.no_grad():
+    out = model(ids, output_positions=True)
+    gen = model.generate(ids[:, :8], max_new_tokens=8, do_sample=False, min_new_tokens=8, eos_token_id=None)
+torch.save({"logits": out.logits, "positions": out.positions, "generated": gen}, out_file)
+try:
+    import olmo_repo
+except ImportError:
+    pass
+else:
+    raise SystemExit("olmo_repo was importable")
+"""
+
+
+def test_remote_code_loads_with_only_transformers(tmp_path, tokenizer_file):
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_repo_olmo2.RepoOlmo2ForCausalLM"
+    assert (hf_dir / "rope.py").read_text() == (ROOT / "olmo_repo" / "rope.py").read_text()
+    ids = _ids()
+    torch.save(ids, tmp_path / "ids.pt")
+    script = tmp_path / "load.py"
+    script.write_text(_BLOCKER + _REMOTE_LOAD)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    subprocess.run(
+        [sys.executable, str(script), str(hf_dir), str(tmp_path / "ids.pt"), str(tmp_path / "out.pt")],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    got = torch.load(tmp_path / "out.pt")
+    with torch.no_grad():
+        diff = (got["logits"] - olmo(ids).logits).abs().max().item()
+    print(f"\nmax |remote-code HF - OLMo| logits, repo: {diff:.3g}")
+    assert diff <= 1e-5
+    expected = predict_positions(olmo, ids)
+    for layer, z in expected.items():
+        torch.testing.assert_close(got["positions"][layer], z, rtol=1e-5, atol=1e-5)
+    local = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    kwargs = dict(max_new_tokens=8, do_sample=False, min_new_tokens=8, eos_token_id=None)
+    assert torch.equal(got["generated"], local.generate(ids[:, :8], **kwargs))
+
+
+# ------------------------------------------------------------------------------------------- other directions
+
+
+def test_round_trip_olmo_hf_olmo_is_bit_exact(converted, tmp_path):
+    mode, olmo, hf_dir = converted
+    back = convert_from_hf(hf_dir, tmp_path / "back")
+    original = torch.load(tmp_path / "olmo" / "model.pt", weights_only=True)
+    restored = torch.load(back / "model.pt", weights_only=True)
+    assert restored.keys() == original.keys()
+    for key, tensor in original.items():
+        assert restored[key].dtype == tensor.dtype and torch.equal(restored[key], tensor), key
+    reloaded = load_model(back)
+    assert layer_modes(reloaded.config) == layer_modes(olmo.config)
+    assert reloaded.config.vocab_size == VOCAB and reloaded.config.embedding_size == EMBEDDING
+    ids = _ids()
+    assert torch.equal(reloaded(ids).logits, olmo(ids).logits)
+    assert torch.load(back / "train.pt", weights_only=True)["global_step"] == 0
+
+
+def test_stock_hf_olmo2_converts_to_an_olmo_checkpoint(tmp_path, tokenizer_file):
+    """A stock transformers Olmo2 checkpoint (as an OLMo-2 stage-1 revision is) -> OLMo init checkpoint."""
+    config = Olmo2Config(
+        vocab_size=EMBEDDING,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
+        rms_norm_eps=1e-6,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    hf = Olmo2ForCausalLM(config).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").write_text(tokenizer_file.read_text())
+    olmo_dir = convert_from_hf(tmp_path / "hf", tmp_path / "olmo")
+    olmo = load_model(olmo_dir)
+    assert olmo.config.vocab_size == VOCAB and olmo.config.embedding_size == EMBEDDING
+    assert olmo.config.rope_theta == 500_000 and olmo.config.mlp_hidden_size == 256
+    ids = _ids()
+    with torch.no_grad():
+        assert (olmo(ids).logits - hf(ids).logits).abs().max() <= 1e-5
+    # As stage-1 init for a RePo model: every stock tensor loads, only f_phi is new.
+    repo = build_model(tiny_config(**{**olmo.config.asdict(), "pe_mode": "repo", "pe_start_layer": 1}))
+    missing, unexpected = repo.load_state_dict(
+        torch.load(olmo_dir / "model.pt", weights_only=True), strict=False
+    )
+    assert not unexpected and {k.rsplit(".", 2)[-2] for k in missing} == {
+        "gate_map",
+        "content_map",
+        "final_map",
+    }
+
+
+def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:
+    """A checkpoint as the reference implementation's converter writes it: a stock `olmo2` config.json with
+    `pe_config` (misspelled keys included), RePo weights under `self_attn`, stale `rotary_emb.inv_freq` buffers."""
+    hf_config = hf_config_from_olmo(olmo.config)
+    raw = Olmo2Config(**{k: v for k, v in hf_config.to_dict().items() if not k.startswith("pe_")}).to_dict()
+    raw["pe_config"] = pe_config
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(raw))
+    from olmo_repo.hf.convert import hf_state_dict_from_olmo
+
+    state_dict = hf_state_dict_from_olmo(olmo.state_dict(), hf_config)
+    for i in range(olmo.config.n_layers):
+        state_dict[f"model.layers.{i}.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    save_file({k: v.contiguous() for k, v in state_dict.items()}, path / "model.safetensors")
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, pe_config",
+    [
+        (
+            dict(pe_mode="repo", pe_start_layer=1),
+            {
+                "dynamic_pe_mode": "swigluex_multihead",
+                "dynmaic_pe_start_layer": 1,
+                "dynmaic_pe_layer_ids": "",
+            },
+        ),
+        (
+            dict(pe_mode="repo", pe_layer_ids=[1, 3]),
+            {
+                "dynamic_pe_mode": "swigluex_multihead",
+                "dynmaic_pe_start_layer": 0,
+                "dynmaic_pe_layer_ids": "1,3",
+            },
+        ),
+        (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
+    ],
+)
+def test_reference_format_imports(tmp_path, tokenizer_file, overrides, pe_config):
+    _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, **overrides)
+    ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    config = read_hf_config(ref)
+    assert isinstance(config, RepoOlmo2Config)
+    assert config.layer_modes() == [str(m) for m in layer_modes(olmo.config)]
+    out = convert_to_hf(ref, tmp_path / "hf", tokenizer=str(tokenizer_file))
+    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = _ids()
+    with torch.no_grad():
+        diff = (hf(ids).logits - olmo(ids).logits).abs().max().item()
+    print(f"\nmax |reference import - OLMo| logits, {pe_config['dynamic_pe_mode']}: {diff:.3g}")
+    assert diff <= 1e-5
+    # ... and the same directory also converts straight to an OLMo checkpoint.
+    back = load_model(convert_from_hf(ref, tmp_path / "back"))
+    assert torch.equal(back(ids).logits, olmo(ids).logits)
+
+
+def test_hf_layer_selection_agrees_with_olmo():
+    for overrides in [
+        dict(pe_mode="repo", pe_start_layer=2),
+        dict(pe_mode="nope", pe_layer_ids=[2, 5]),
+        dict(pe_mode="repo", pe_start_layer=2, pe_layer_ids=[0, 3, 5]),
+        dict(),
+    ]:
+        olmo_config = tiny_config(n_layers=6, **overrides)
+        hf_config = RepoOlmo2Config(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, **overrides)
+        assert hf_config.layer_modes() == [str(m) for m in layer_modes(olmo_config)]
+
+
+# ------------------------------------------------------------------------------------------- errors
+
+
+def test_existing_output_is_refused_unless_forced(tmp_path, tokenizer_file, capsys):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="nope")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="--force"):
+        convert_to_hf(ckpt, out)
+    assert convert_to_hf_main(["--input", str(ckpt), "--output", str(out)]) == 1
+    assert "exists" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "mine"
+    assert (
+        convert_to_hf_main(["--input", str(ckpt), "--output", str(out), "--force", "--dtype", "bfloat16"])
+        == 0
+    )
+    assert not (out / "keep.txt").exists()
+    hf = AutoModelForCausalLM.from_pretrained(out)
+    assert hf.config.dtype == torch.bfloat16 and hf.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert convert_from_hf_main(["--input", str(out), "--output", str(ckpt)]) == 1  # the input itself
+    assert convert_from_hf_main(["--input", str(tmp_path / "missing"), "--output", str(tmp_path / "x")]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]  # nothing staged is left
+
+
+def test_failed_conversion_leaves_no_directory(tmp_path, tokenizer_file):
+    ckpt, model = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    state_dict = model.state_dict()
+    del state_dict["transformer.blocks.2.final_map.weight"]
+    torch.save(state_dict, ckpt / "model.pt")
+    with pytest.raises(KeyError, match="final_map"):
+        convert_to_hf(ckpt, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo"]
+    # A failure while writing removes the staging directory and leaves an existing output untouched.
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RuntimeError), _staged_dir(tmp_path / "out", force=True) as staging:
+        (staging / "model.safetensors").write_text("half")
+        raise RuntimeError("disk full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "out"] and not any(
+        (tmp_path / "out").iterdir()
+    )
+
+
+def test_unsupported_inputs_fail_with_one_clear_error(tmp_path, tokenizer_file):
+    with pytest.raises(ValueError, match="norm_after"):
+        hf_config_from_olmo(tiny_config(norm_after=False))
+    with pytest.raises(StrictDataclassError, match="pe_mode='rep'"):
+        RepoOlmo2Config(num_hidden_layers=2, pe_mode="rep")
+    with pytest.raises(StrictDataclassError, match="pe_start_layer=4"):
+        RepoOlmo2Config(num_hidden_layers=4, pe_mode="repo", pe_start_layer=4)
+    with pytest.raises(StrictDataclassError, match="grouped-query"):
+        RepoOlmo2Config(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, pe_mode="repo")
+    with pytest.raises(StrictDataclassError, match="rope_type='dynamic'"):
+        RepoOlmo2Config(
+            num_hidden_layers=2,
+            pe_mode="repo",
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+        )
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo")
+    ref = _reference_dir(tmp_path / "ref", olmo, {"dynamic_pe_mode": "cope"})
+    with pytest.raises(ValueError, match="dynamic_pe_mode='cope'.*allowed: none, nope, swigluex_multihead"):
+        convert_to_hf(ref, tmp_path / "hf")
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    config["rope_parameters"] = {
+        "rope_type": "yarn",
+        "rope_theta": 5e5,
+        "factor": 2.0,
+        "original_max_position_embeddings": 32,
+    }
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="rope_type='yarn' has no OLMo equivalent"):
+        convert_from_hf(hf_dir, tmp_path / "back")
+    with pytest.raises(ValueError, match="nope_tokenizer"):
+        convert_to_hf(ckpt, tmp_path / "hf2", tokenizer="nope_tokenizer")
+    assert not (tmp_path / "back").exists() and not (tmp_path / "hf2").exists()
+
+
+def test_scripts_explain_every_flag(capsys):
+    for main, flags in [
+        (convert_to_hf_main, ["--input", "--output", "--force", "--dtype", "--tokenizer"]),
+        (convert_from_hf_main, ["--input", "--output", "--force"]),
+    ]:
+        with pytest.raises(SystemExit) as exit:
+            main(["--help"])
+        assert exit.value.code == 0
+        text = capsys.readouterr().out
+        for flag in flags:
+            assert f"{flag} " in text
+    for script in ("convert_to_hf.py", "convert_from_hf.py"):  # the scripts only call the package
+        assert "_main()" in (ROOT / "scripts" / script).read_text()
+
+
+# ------------------------------------------------------------------------------------------- lm-eval
+
+TASKS = ROOT / "olmo_repo" / "eval" / "lm_eval_tasks"
+
+
+def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
+    """The README's lm-eval command (HF backend, remote code) on the tiny offline tasks; the multiple-choice
+    accuracy it reports is the one the OLMo model gives by summing the choices' log-probabilities."""
+    pytest.importorskip("lm_eval", reason="install the `eval` extra")
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    command = [
+        *(sys.executable, "-m", "lm_eval", "--model", "hf"),
+        *("--model_args", f"pretrained={hf_dir},trust_remote_code=True,dtype=float32"),
+        *("--tasks", "repo_tiny_mc,repo_tiny_gen", "--include_path", str(TASKS)),
+        *("--device", "cpu", "--batch_size", "4", "--output_path", str(tmp_path / "results")),
+    ]
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules")
+    )
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (results_file,) = (tmp_path / "results").rglob("results_*.json")
+    results = json.loads(results_file.read_text())["results"]
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    docs = [json.loads(line) for line in (TASKS / "repo_tiny.jsonl").read_text().splitlines()]
+    correct = 0
+    for doc in docs:
+        scores = []
+        for choice in doc["choices"]:
+            n_ctx = len(tok.encode(doc["context"]).ids)
+            ids = torch.tensor([tok.encode(doc["context"] + choice).ids])
+            with torch.no_grad():
+                logprobs = olmo(ids).logits.log_softmax(-1)[0, n_ctx - 1 : -1]
+            scores.append(logprobs.gather(-1, ids[0, n_ctx:, None]).sum().item())
+        correct += max(range(len(scores)), key=scores.__getitem__) == doc["answer"]
+    assert results["repo_tiny_mc"]["acc,none"] == pytest.approx(correct / len(docs))
+    assert 0.0 <= results["repo_tiny_gen"]["exact_match,none"] <= 1.0
+
+
+def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):
+    ckpt, olmo = make_checkpoint(
+        tmp_path / "olmo", tokenizer_file, weight_tying=True, pe_mode="repo", pe_start_layer=2
+    )
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert hf.lm_head.weight is hf.model.embed_tokens.weight
+    ids = _ids()
+    with torch.no_grad():
+        assert (hf(ids).logits - olmo(ids).logits).abs().max() <= 1e-5
+    restored = torch.load(convert_from_hf(hf_dir, tmp_path / "back") / "model.pt", weights_only=True)
+    original = olmo.state_dict()
+    assert restored.keys() == original.keys() and all(torch.equal(restored[k], original[k]) for k in original)
+    # bf16 weights: positions still come out in fp32 (f_phi and the angles run in fp32).
+    bf16 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        out = bf16(ids, output_positions=True)
+        reference = hf(ids, output_positions=True)
+    assert out.logits.dtype == torch.bfloat16 and all(
+        z.dtype == torch.float32 for z in out.positions.values()
+    )
+    assert (out.logits.float() - reference.logits).abs().max() < 0.1
