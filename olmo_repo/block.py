@@ -2,12 +2,9 @@
 
 Deltas from `olmo.model.OLMoSequentialBlock` (everything else is inherited unchanged):
 
-- f_phi (RePo layers only): one real position per head and token from the block input x [B, T, d_model],
-
-      z = final_map( SiLU(gate_map(x)) * content_map(x) )        # [B, T, n_heads] -> [B, n_heads, T]
-
-  with gate_map, content_map: d_model -> d_model/8 and final_map: d_model/8 -> n_heads, no bias, OLMo's
-  normal init. Computed in fp32 with autocast off, so large positions are not quantised by bf16.
+- f_phi (RePo layers only, `olmo_repo.rope.f_phi`): one real position per head and token from the block
+  input x [B, T, d_model], with gate_map, content_map: d_model -> d_model/8 and final_map: d_model/8 ->
+  n_heads, no bias, OLMo's normal init; computed in fp32.
 - `attention()` rotates q and k by those positions (RePo) or not at all (NoPE), after the q/k norms and
   *before* the KV cache, so cached keys are already rotated by their own positions (stock OLMo caches
   unrotated keys and re-rotates them by integer index, which a learned position cannot be).
@@ -22,7 +19,6 @@ from typing import NamedTuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from olmo.config import ModelConfig
 from olmo.initialization import init_normal
 from olmo.model import BufferCache, OLMoSequentialBlock
@@ -30,7 +26,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .config import PositionMode, layer_modes
-from .rope import inv_frequencies, rotate_qk
+from .rope import f_phi, inv_frequencies, rotate_qk
 
 __all__ = ["RepoSequentialBlock", "predict_positions"]
 
@@ -73,14 +69,7 @@ class RepoSequentialBlock(OLMoSequentialBlock):
         return checkpoint(self._f_phi, x, use_reentrant=False)
 
     def _f_phi(self, x: Tensor) -> Tensor:
-        dtype = torch.promote_types(x.dtype, torch.float32)
-        with torch.autocast(x.device.type, enabled=False):
-            x = x.to(dtype)
-            gate, content, final = (
-                m.weight.to(dtype) for m in (self.gate_map, self.content_map, self.final_map)
-            )
-            z = F.linear(F.silu(F.linear(x, gate)) * F.linear(x, content), final)  # [B, T, H]
-        return z.transpose(1, 2)
+        return f_phi(x, self.gate_map.weight, self.content_map.weight, self.final_map.weight)
 
     def forward(
         self,

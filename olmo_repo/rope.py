@@ -1,4 +1,12 @@
-"""RoPE from real, per-head positions.
+"""RePo's math, torch only: f_phi (the positions) and RoPE from real, per-head positions.
+
+This module is also copied into converted Hugging Face checkpoints as remote code: keep it torch-only.
+
+f_phi maps the block input x [B, T, d_model] to one real position per head and token,
+
+    z = final_map( SiLU(gate_map(x)) * content_map(x) )        # [B, T, H] -> [B, H, T]
+
+in fp32 (autocast off), so that large positions are not quantised by bf16.
 
 For a head of size d and a real position z, pair k (k < d/2) of a query or key vector is rotated by the angle
 
@@ -21,9 +29,20 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["inv_frequencies", "rotate", "rotate_qk", "rotate_reference"]
+__all__ = ["f_phi", "inv_frequencies", "rotate", "rotate_qk", "rotate_reference"]
+
+
+def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -> Tensor:
+    """Positions [B, H, T] from x [B, T, d] and the three weights; fp32 (float64 for float64 inputs)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    with torch.autocast(x.device.type, enabled=False):
+        x = x.to(dtype)
+        gate, content, final = (w.to(dtype) for w in (gate_map, content_map, final_map))
+        z = F.linear(F.silu(F.linear(x, gate)) * F.linear(x, content), final)  # [B, T, H]
+    return z.transpose(1, 2)
 
 
 @functools.lru_cache(maxsize=16)

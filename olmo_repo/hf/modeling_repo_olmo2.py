@@ -28,9 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -45,7 +43,7 @@ from transformers.models.olmo2.modeling_olmo2 import (
 )
 
 from .configuration_repo_olmo2 import RepoOlmo2Config
-from .rope import rotate
+from .rope import f_phi, rotate_qk
 
 __all__ = [
     "RepoOlmo2Attention",
@@ -74,15 +72,8 @@ class RepoOlmo2Attention(Olmo2Attention):
             self.positions_out = nn.Identity()
 
     def predict_positions(self, hidden_states: Tensor) -> Tensor:
-        """f_phi: x [B, T, d] -> positions [B, H, T], fp32 (float64 for a float64 model), autocast off."""
-        dtype = torch.promote_types(hidden_states.dtype, torch.float32)
-        with torch.autocast(hidden_states.device.type, enabled=False):
-            x = hidden_states.to(dtype)
-            gate, content, final = (
-                m.weight.to(dtype) for m in (self.gate_map, self.content_map, self.final_map)
-            )
-            z = F.linear(F.silu(F.linear(x, gate)) * F.linear(x, content), final)  # [B, T, H]
-        return z.transpose(1, 2)
+        """f_phi: x [B, T, d] -> positions [B, H, T], fp32 (float64 for a float64 model)."""
+        return f_phi(hidden_states, self.gate_map.weight, self.content_map.weight, self.final_map.weight)
 
     def forward(
         self,
@@ -102,7 +93,7 @@ class RepoOlmo2Attention(Olmo2Attention):
         if self.pe_mode == "repo":
             positions = self.positions_out(self.predict_positions(hidden_states))  # [B, H, T]
             inv_freq, scale = self.rotary_emb.inv_freq, self.rotary_emb.attention_scaling
-            q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+            q, k = rotate_qk(q, k, positions, inv_freq)
             if scale != 1.0:  # YaRN's attention factor, applied to cos/sin in the RoPE layers
                 q, k = q * scale, k * scale
 

@@ -1,6 +1,6 @@
-"""`rotate` for the HF modeling file's `from .rope import rotate`: inside the package it is `olmo_repo.rope`'s;
+"""What the HF modeling file imports as `from .rope import ...`: inside the package, `olmo_repo.rope`;
 in a converted checkpoint this module is replaced by a copy of `olmo_repo/rope.py` (torch-only)."""
 
-from ..rope import rotate
+from ..rope import f_phi, rotate_qk
 
-__all__ = ["rotate"]
+__all__ = ["f_phi", "rotate_qk"]
