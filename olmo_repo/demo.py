@@ -31,7 +31,7 @@ __all__ = ["RunResult", "build_corpus", "generate_document", "run_demo", "run_tr
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/allenai_dolma2.json"
 EOS_ID = 100257  # model.eos_token_id of the configs, dolma2's <|endoftext|>
-SPLIT_TOKENS = {"stage1": 70_000, "stage2": 40_000, "val": 8_000}
+SPLIT_TOKENS = {"stage1": 30_000, "stage2": 16_000, "val": 4_000}
 
 _NAMES = (
     "Ada Bela Cyrus Dana Emil Fara Gus Hana Ivo Juno Kai Lena Milo Nora Otto Pia Quinn Rosa Sami Tova".split()

@@ -44,7 +44,14 @@ from olmo.eval import build_evaluators
 from olmo.exceptions import OLMoConfigurationError
 from olmo.model import OLMo
 from olmo.optim import BoltOnWarmupScheduler, build_optimizer, build_scheduler
-from olmo.torch_util import barrier, get_global_rank, get_local_rank, get_world_size, seed_all
+from olmo.torch_util import (
+    barrier,
+    get_global_rank,
+    get_local_rank,
+    get_local_world_size,
+    get_world_size,
+    seed_all,
+)
 from olmo.train import Trainer
 from olmo.util import (
     add_cached_path_clients,
@@ -55,7 +62,9 @@ from olmo.util import (
     log_extra_field,
     prepare_cli_environment,
 )
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .block import RepoSequentialBlock
@@ -110,22 +119,21 @@ def _free_port() -> int:
 def init_distributed() -> torch.device:
     """Join the process group (nccl on CUDA, gloo on CPU) and return this rank's device.
 
-    Started without torchrun, the process forms a group of one on a free loopback port.
+    Under torchrun the group comes from its environment; started without it, the process forms a group of
+    one on a free loopback port (OLMo's rank helpers then read rank 0 and world size 1).
     """
-    if "RANK" not in os.environ:
-        os.environ.update(
-            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1"
-        )
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    if torch.cuda.is_available():
-        device = torch.device(f"cuda:{get_local_rank()}")
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{get_local_rank()}") if cuda else torch.device("cpu")
+    if cuda:
         torch.cuda.set_device(device)
-        if not dist.is_initialized():
-            dist.init_process_group("nccl", timeout=timedelta(minutes=30), device_id=device)
-        return device
     if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=timedelta(minutes=30))
-    return torch.device("cpu")
+        kwargs: dict[str, Any] = {"timeout": timedelta(minutes=30)}
+        if cuda:
+            kwargs["device_id"] = device
+        if "RANK" not in os.environ:
+            kwargs.update(init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group("nccl" if cuda else "gloo", **kwargs)
+    return device
 
 
 def _flash_attn_available() -> bool:
@@ -272,7 +280,8 @@ class RepoTrainer(Trainer):
     - a `load_path` without `-unsharded` in its name that holds model.pt is read as unsharded;
     - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
       join the metrics as `train/positions/layer{i}/{min,max,std}`;
-    - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision.
+    - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
+    - `close` finishes W&B without the `quiet` argument that current wandb lacks.
     """
 
     def restore_checkpoint(
@@ -325,6 +334,13 @@ class RepoTrainer(Trainer):
         metrics.update(stats)
         return metrics
 
+    def close(self, exit_code: int = 0) -> None:
+        # Stock close calls wandb.finish(..., quiet=True); wandb 0.31 has no `quiet`. Finishing here first
+        # leaves stock close nothing to finish.
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
+        super().close(exit_code)
+
     def log_metrics_to_console(self, prefix: str, metrics: dict[str, float]) -> None:
         super().log_metrics_to_console(prefix, metrics)
         if get_global_rank() == 0:
@@ -333,13 +349,20 @@ class RepoTrainer(Trainer):
 
 
 def _latest_checkpoint(cfg: TrainConfig) -> str | None:
-    """The latest checkpoint in save_folder, else in remote_save_folder (decided on rank 0)."""
+    """The latest checkpoint in save_folder, else in remote_save_folder (decided on rank 0).
+
+    Includes the pre-train checkpoint `step0-unsharded`, which OLMo's `find_latest_checkpoint` skips, so a
+    run killed before its first save also restarts with the same command.
+    """
     found: list[str | None] = [None]
     if get_global_rank() == 0:
         for folder in (cfg.save_folder, cfg.remote_save_folder):
             if folder is not None and (latest := find_latest_checkpoint(folder)) is not None:
                 found[0] = str(latest)
                 break
+        step0 = Path(cfg.save_folder) / "step0-unsharded"
+        if found[0] is None and step0.is_dir():
+            found[0] = str(step0)
     dist.broadcast_object_list(found, src=0)
     return found[0]
 
@@ -352,6 +375,14 @@ def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
         model.reset_parameters()  # before the wrap: DDP then broadcasts rank 0's values
         return DDP(model, find_unused_parameters=cfg.ddp.find_unused_params)
     log.info("Wrapping model with FSDP...")
+    hybrid: dict[str, Any] = {}
+    if cfg.fsdp.sharding_strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+        replicas = cfg.fsdp.hybrid_sharding_num_model_replicas or get_world_size() // get_local_world_size()
+        if replicas <= 0 or get_world_size() % replicas:
+            raise OLMoConfigurationError(
+                f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the world size"
+            )
+        hybrid["device_mesh"] = init_device_mesh("cuda", (replicas, get_world_size() // replicas))
     dist_model = FSDP(
         model,
         sharding_strategy=cfg.fsdp.sharding_strategy,
@@ -361,6 +392,7 @@ def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
         limit_all_gathers=True,
         device_id=get_local_rank(),
         param_init_fn=lambda module: module.to_empty(device=device),  # each parameter initialised once
+        **hybrid,
     )
     model.reset_parameters()
     return dist_model
