@@ -4,6 +4,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# bench/ joins the lint once it exists.
+LINT := olmo_repo scripts tests $(wildcard bench)
 
 .PHONY: install test lint demo clean
 
@@ -17,12 +19,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: install
-	$(BIN)/ruff check olmo_repo scripts tests bench
+	$(BIN)/ruff check $(LINT)
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check olmo_repo scripts tests bench
-	$(BIN)/ruff format --check olmo_repo scripts tests bench
+	$(BIN)/ruff check $(LINT)
+	$(BIN)/ruff format --check $(LINT)
 
 demo: install
 	$(BIN)/python scripts/demo.py
