@@ -12,10 +12,10 @@ checkpoint in save_folder (or remote_save_folder). See README.md, section "Train
 
 import sys
 
-from olmo_repo.train import train
-
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
+    from olmo_repo.train import train  # after --help: importing torch and OLMo takes seconds
+
     train(sys.argv[1], sys.argv[2:])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import http.server
 import shutil
+import threading
 
 import pytest
 import torch
@@ -203,3 +206,19 @@ def test_preflight_unwritable_save_folder_and_cpu_strategy(tmp_path):
     cfg = _config(tmp_path, "distributed_strategy=fsdp")
     preflight(cfg, cuda=False, world_size=1)
     assert cfg.distributed_strategy == "ddp" and cfg.ddp is not None
+
+
+def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
+    checkpoint, data = stage1
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(checkpoint.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/{checkpoint.name}/"
+    try:
+        with make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=url), device) as trainer:
+            weights = trainer.model.state_dict()
+            stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
+            assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
+            assert len(trainer.optim.state) == len(stage1_weights)  # base parameters only
+    finally:
+        server.shutdown()

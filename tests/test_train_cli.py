@@ -1,4 +1,5 @@
-"""scripts/train.py end to end in real processes: resume after a kill, 2-process DDP with W&B offline, S3."""
+"""scripts/train.py end to end in real processes: resume after a kill, 2-process DDP with W&B offline, S3
+(checkpoint upload, resume and stage-1 initialisation from a bucket)."""
 
 from __future__ import annotations
 
@@ -177,3 +178,10 @@ def test_s3_remote_save_folder_upload_and_resume(tmp_path, s3_server, monkeypatc
     assert "run/step6-unsharded/model.pt" in {
         o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]
     }
+
+    # The same bucket as a stage-1 store: a RePo run initialises from an s3:// load_path.
+    stage2 = small(data, tmp_path / "stage2", max_duration=1, load_path="s3://ckpts/run/step6-unsharded")
+    result = _run(train_command(STAGE2_REPO, stage2), **s3_server)
+    assert (
+        "Initialising from stage-1 checkpoint s3://ckpts/run/step6-unsharded: 6 RePo weights" in result.stdout
+    )
