@@ -52,9 +52,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "module.")
-
-
 def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
     """Build the model of an unsharded checkpoint and load its weights strictly. Returns it in eval mode."""
     config = RepoModelConfig.load(
@@ -82,10 +79,8 @@ def repo_param_names(config: ModelConfig) -> set[str]:
 
 
 def _clean(name: str) -> str:
-    """A parameter name without DDP/FSDP wrapper prefixes."""
-    for prefix in _WRAPPER_PREFIXES:
-        name = name.replace(prefix, "")
-    return name
+    """A parameter name without the FSDP wrapper infixes and the DDP prefix."""
+    return name.replace("_fsdp_wrapped_module.", "").removeprefix("module.")
 
 
 def _listed(keys: set[str], limit: int = 12) -> str:

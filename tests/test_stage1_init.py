@@ -14,7 +14,7 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
-from olmo_repo.checkpoint import check_stage1_state_dict, repo_param_names
+from olmo_repo.checkpoint import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 from olmo_repo.train import RepoTrainer, build_trainer, init_distributed, patch_torch_for_olmo, preflight
 
 from .conftest import tiny_config
@@ -222,3 +222,31 @@ def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
             assert len(trainer.optim.state) == len(stage1_weights)  # base parameters only
     finally:
         server.shutdown()
+
+
+def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
+    """OLMo-2's released stage-1 optim.pt comes from FSDP: state and params keyed by parameter name."""
+    checkpoint, data = stage1
+    fsdp_style = tmp_path / "fsdp-step3-unsharded"
+    shutil.copytree(checkpoint, fsdp_style)
+    by_name = _stage1_optim_by_name(checkpoint)
+    osd = torch.load(checkpoint / "optim.pt", weights_only=True)
+    for group in osd["param_groups"]:
+        group["params"] = group["param_names"] = [n.removeprefix("module.") for n in group["param_names"]]
+    osd["state"] = by_name
+    torch.save(osd, fsdp_style / "optim.pt")
+    with make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=fsdp_style), device) as trainer:
+        repo = repo_param_names(trainer.cfg.model)
+        for group in trainer.optim.param_groups:
+            for name, param in zip(group["param_names"], group["params"]):
+                name = name.removeprefix("module.")
+                state = trainer.optim.state.get(param, {})
+                assert (
+                    not state
+                    if name in repo
+                    else torch.equal(state["exp_avg_sq"], by_name[name]["exp_avg_sq"])
+                )
+        # What FSDP.optim_state_dict_to_load gets on GPU: the same surgery, keyed by parameter name.
+        surgery = continue_optimizer_state(osd, trainer.optim, repo, by_name=True)
+    assert set(surgery["state"]) == set(by_name) and not set(surgery["state"]) & repo
+    assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
