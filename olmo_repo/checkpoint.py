@@ -52,6 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
 def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
     """Build the model of an unsharded checkpoint and load its weights strictly. Returns it in eval mode."""
     config = RepoModelConfig.load(
