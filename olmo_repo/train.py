@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from urllib.parse import urlparse
 
 import numpy as np
+import olmo.train
 import torch
 import torch.distributed as dist
 import wandb
@@ -85,6 +86,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+_POSITIONS = "train/positions/"
 
 
 def patch_torch_for_olmo() -> None:
@@ -172,7 +174,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         problems.append("run_name is not set: pass --run_name=NAME")
     if cfg.distributed_strategy is None:
         problems.append("distributed_strategy is not set: pass --distributed_strategy=fsdp (GPU) or ddp")
-    if cfg.fused_loss and not _flash_attn_available():
+    if cfg.fused_loss and olmo.train.fused_loss_fn is None:  # what OLMo's Trainer checks, after model build
         problems.append(
             "fused_loss=true needs flash-attn, which is not installed: pass --fused_loss=false "
             "(same loss, PyTorch kernel), or install the gpu extra on a CUDA machine"
@@ -279,7 +281,7 @@ class RepoTrainer(Trainer):
     - unsharded checkpoints are restored by `RepoCheckpointer` (stage-1 init; complete checkpoints as stock);
     - a `load_path` without `-unsharded` in its name that holds model.pt is read as unsharded;
     - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
-      join the metrics as `train/positions/layer{i}/{min,max,std}`;
+      join the metrics (W&B, metrics.jsonl; not the console) as `train/positions/layer{i}/{min,max,std}`;
     - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
     - `close` finishes W&B without the `quiet` argument that current wandb lacks.
     """
@@ -317,7 +319,7 @@ class RepoTrainer(Trainer):
         stats: dict[str, float] = {}
 
         def record(block: RepoSequentialBlock, args: tuple[Any, ...]) -> None:
-            prefix = f"train/positions/layer{block.layer_id}"
+            prefix = f"{_POSITIONS}layer{block.layer_id}"
             if f"{prefix}/std" in stats:  # later micro-batches and activation-checkpoint recomputes
                 return
             with torch.no_grad():
@@ -342,7 +344,11 @@ class RepoTrainer(Trainer):
         super().close(exit_code)
 
     def log_metrics_to_console(self, prefix: str, metrics: dict[str, float]) -> None:
-        super().log_metrics_to_console(prefix, metrics)
+        # Three position numbers per RePo layer (33 lines for the 1B) would drown the console: W&B and
+        # metrics.jsonl have them.
+        super().log_metrics_to_console(
+            prefix, {k: v for k, v in metrics.items() if not k.startswith(_POSITIONS)}
+        )
         if get_global_rank() == 0:
             with open(Path(self.cfg.save_folder) / METRICS_FILE, "a") as f:
                 f.write(json.dumps({"step": self.global_step, **metrics}) + "\n")
