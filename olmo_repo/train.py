@@ -212,6 +212,10 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
             "build the demo corpus with `make demo`"
         )
 
+    if cfg.load_path is not None and not is_url(cfg.load_path) and not Path(cfg.load_path).is_dir():
+        problems.append(
+            f"load_path={cfg.load_path} is not a directory: pass the checkpoint folder (or a URL)"
+        )
     problems += _check_save_folders(cfg)
     if problems:
         raise OLMoConfigurationError("config cannot train here:\n  - " + "\n  - ".join(problems))

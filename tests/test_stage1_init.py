@@ -184,6 +184,10 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
             ["data.paths=[/nonexistent/part-0.npy]"],
             r"1 data file\(s\) do not exist: data\.paths: /nonexistent/part-0\.npy",
         ),
+        (
+            ["load_path=/nonexistent/step3-unsharded"],
+            r"load_path=/nonexistent/step3-unsharded is not a directory",
+        ),
         (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
         (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
         (["precision=amp_bf16"], r"precision=amp_bf16 needs CUDA.*--precision=fp32"),
@@ -192,7 +196,7 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
             r"per-rank batch 6 is not a multiple of device_train_microbatch_size=4",
         ),
     ],
-    ids=["missing-data", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
+    ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
 )
 def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
     with pytest.raises(OLMoConfigurationError, match=message):
