@@ -377,6 +377,17 @@ def _latest_checkpoint(cfg: TrainConfig) -> str | None:
     return found[0]
 
 
+def _same_config_saved(cfg: TrainConfig) -> bool:
+    """Whether save_folder/config.yaml is this very config (decided on rank 0)."""
+    same = [False]
+    if get_global_rank() == 0 and (saved := Path(cfg.save_folder) / "config.yaml").is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg.save(Path(tmp) / "config.yaml")
+            same[0] = (Path(tmp) / "config.yaml").read_text() == saved.read_text()
+    dist.broadcast_object_list(same, src=0)
+    return same[0]
+
+
 def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
     if cfg.distributed_strategy == DistributedStrategy.ddp:
         assert cfg.ddp is not None
@@ -440,10 +451,15 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
 
+    # A rerun of the same command: resuming, or restarting a run killed before its first checkpoint. Then
+    # the run's own config.yaml and data-order files are expected in save_folder, not a clash.
+    rerun = resume_from is not None or _same_config_saved(cfg)
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
-        if save_path.is_file() and not cfg.save_overwrite:
-            raise OLMoConfigurationError(f"{save_path} already exists, use --save_overwrite to overwrite")
+        if save_path.is_file() and not cfg.save_overwrite and not rerun:
+            raise OLMoConfigurationError(
+                f"{save_path} already exists from a different config: use a new save_folder, or --save_overwrite"
+            )
         log.info("Saving config to %s", save_path)
         cfg.save(save_path)
     barrier()
@@ -463,10 +479,8 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     barrier()
 
     seed_all(cfg.seed)
-    # On resume the data loader's work dir exists by design; the stock check is for fresh runs.
-    loader_cfg = cfg if resume_from is None else copy.copy(cfg)
-    if resume_from is not None:
-        loader_cfg.save_overwrite = True
+    loader_cfg = copy.copy(cfg)
+    loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
     train_loader = build_train_dataloader(loader_cfg)
     evaluators = build_evaluators(cfg, device)
     barrier()
@@ -490,7 +504,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     indices_file: TextIO | None = None
     if cfg.save_data_indices:
         indices_path = Path(cfg.save_folder) / f"data-indices/rank{get_global_rank()}.tsv.gz"
-        if indices_path.exists() and not cfg.save_overwrite and resume_from is None:
+        if indices_path.exists() and not cfg.save_overwrite and not rerun:
             raise OLMoConfigurationError(f"{indices_path} already exists, use --save_overwrite to overwrite")
         indices_path.parent.mkdir(exist_ok=True, parents=True)
         indices_file = gzip.open(indices_path, "at")

@@ -254,3 +254,15 @@ def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
         surgery = continue_optimizer_state(osd, trainer.optim, repo, by_name=True)
     assert set(surgery["state"]) == set(by_name) and not set(surgery["state"]) & repo
     assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
+
+
+def test_rerun_before_the_first_checkpoint_restarts_but_another_config_fails(stage1, tmp_path, device):
+    """A stage-2 run killed before its first save left only its config and data order: the same command
+    starts again; a different config in the same save_folder is refused."""
+    checkpoint, data = stage1
+    overrides = small(data, tmp_path / "run", load_path=checkpoint)
+    make_trainer(STAGE2_REPO, overrides, device).close()
+    assert (tmp_path / "run/config.yaml").is_file() and not list((tmp_path / "run").glob("step*"))
+    make_trainer(STAGE2_REPO, overrides, device).close()
+    with pytest.raises(OLMoConfigurationError, match="from a different config"):
+        make_trainer(STAGE2_REPO, overrides + ["seed=7"], device)
