@@ -1,0 +1,587 @@
+"""Training: OLMo's own Trainer, data loader and checkpointer driving a RePo model, on GPU or CPU.
+
+This ports the behaviour of ai2-olmo 0.6.0's `scripts/train.py` (not shipped in the wheel): seeding, data
+loader, evaluators, model build and wrap (FSDP: meta init, the config's wrap policy and mixed precision,
+then `reset_parameters`), optimizer and scheduler, W&B, the pre-train checkpoint rule, `load_path` with the
+reset flags, and resuming from the latest checkpoint. Deltas from the stock script:
+
+- Device: with CUDA, nccl and the config's strategy. Without CUDA, gloo and DDP on CPU: a config that says
+  `fsdp` is switched to `ddp` (logged), as FSDP needs an accelerator. Settings that only work on GPU fail
+  before training with what to change. Without torchrun a one-process group is set up.
+- `preflight` fails before any heavy work on missing data files, an unwritable `save_folder`, an
+  unreachable s3 `remote_save_folder` and GPU-only settings.
+- Resume is automatic, as if `try_load_latest_save` were set: the latest checkpoint in `save_folder`, else
+  in `remote_save_folder`, else `load_path`. Rerunning a finished run does nothing.
+- DDP accepts any `init_device` (stock: `cuda` only); the model is materialised and initialised before wrap.
+- `RepoTrainer`: stage-1 initialisation (`RepoCheckpointer`), the spread of the predicted positions per
+  RePo layer at the log interval, and every logged step as a JSON line in `save_folder/metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import logging
+import os
+import pathlib
+import socket
+import tempfile
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlparse
+
+import numpy as np
+import olmo.train
+import torch
+import torch.distributed as dist
+import wandb
+from olmo.aliases import PathOrStr
+from olmo.config import CheckpointType, DDPConfig, DDPGradSyncMode, DistributedStrategy, TrainConfig
+from olmo.data import build_train_dataloader
+from olmo.eval import build_evaluators
+from olmo.exceptions import OLMoConfigurationError
+from olmo.model import OLMo
+from olmo.optim import BoltOnWarmupScheduler, build_optimizer, build_scheduler
+from olmo.torch_util import (
+    barrier,
+    get_global_rank,
+    get_local_rank,
+    get_local_world_size,
+    get_world_size,
+    seed_all,
+)
+from olmo.train import Trainer
+from olmo.util import (
+    add_cached_path_clients,
+    clean_opt,
+    file_size,
+    find_latest_checkpoint,
+    is_url,
+    log_extra_field,
+    prepare_cli_environment,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .block import RepoSequentialBlock
+from .checkpoint import RepoCheckpointer
+from .config import PositionMode, RepoTrainConfig
+from .registry import build_model
+
+__all__ = [
+    "RepoTrainer",
+    "build_trainer",
+    "init_distributed",
+    "main",
+    "patch_torch_for_olmo",
+    "preflight",
+    "train",
+]
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+_POSITIONS = "train/positions/"
+
+
+def patch_torch_for_olmo() -> None:
+    """Two assumptions of ai2-olmo 0.6.0 that break on current torch, fixed here and only here. Idempotent.
+
+    1. `Trainer.trainer_state_dict` calls `torch.cuda.get_rng_state()` unguarded, which raises on a
+       CPU-only torch. Without CUDA, the CUDA RNG state is saved as an empty tensor and restoring it is a
+       no-op (there is no CUDA generator to restore).
+    2. torch >= 2.6 loads with `weights_only=True`, and OLMo's `train.pt` holds `pathlib` paths and numpy's
+       RNG state. Exactly those types are allowed, instead of turning the safe loader off.
+    """
+    if not torch.cuda.is_available():
+        torch.cuda.get_rng_state = lambda device="cuda": torch.empty(0, dtype=torch.uint8)  # type: ignore[assignment]
+        torch.cuda.set_rng_state = lambda new_state, device="cuda": None  # type: ignore[assignment]
+    torch.serialization.add_safe_globals(
+        [
+            pathlib.PosixPath,
+            np.ndarray,
+            np.dtype,
+            type(np.dtype(np.uint32)),
+            np.core.multiarray._reconstruct,  # type: ignore[attr-defined]
+        ]
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> torch.device:
+    """Join the process group (nccl on CUDA, gloo on CPU) and return this rank's device.
+
+    Under torchrun the group comes from its environment; started without it, the process forms a group of
+    one on a free loopback port (OLMo's rank helpers then read rank 0 and world size 1).
+    """
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{get_local_rank()}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"timeout": timedelta(minutes=30)}
+        if cuda:
+            kwargs["device_id"] = device
+        if "RANK" not in os.environ:
+            kwargs.update(init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group("nccl" if cuda else "gloo", **kwargs)
+    return device
+
+
+def _flash_attn_available() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _local_data_paths(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """(config key, path) of every local data file of the train data and the evaluators."""
+    out: list[tuple[str, str]] = []
+    for key, data in [("data", cfg.data)] + [(f"evaluators[{e.label}].data", e.data) for e in cfg.evaluators]:
+        out += [(f"{key}.paths", str(p)) for p in data.paths or []]
+        for label, paths in (data.datasets or {}).items():
+            out += [(f"{key}.datasets.{label}", str(p)) for p in paths]
+        out += [(f"{key}.label_mask_paths", str(p)) for p in data.label_mask_paths or []]
+    return [(k, p) for k, p in out if not is_url(p)]
+
+
+def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
+    """Adapt the config to the device and check it, before any heavy work.
+
+    Without CUDA, `fsdp` becomes `ddp` (FSDP needs an accelerator). Raises one `OLMoConfigurationError`
+    that lists every problem and what to change.
+    """
+    if not cuda and cfg.distributed_strategy == DistributedStrategy.fsdp:
+        log.warning("No CUDA: training with DDP on CPU (gloo) instead of FSDP; the fsdp settings are unused")
+        cfg.distributed_strategy = DistributedStrategy.ddp
+    if cfg.distributed_strategy == DistributedStrategy.ddp and cfg.ddp is None:
+        cfg.ddp = DDPConfig()
+
+    problems: list[str] = []
+    if cfg.run_name is None:
+        problems.append("run_name is not set: pass --run_name=NAME")
+    if cfg.distributed_strategy is None:
+        problems.append("distributed_strategy is not set: pass --distributed_strategy=fsdp (GPU) or ddp")
+    if cfg.fused_loss and olmo.train.fused_loss_fn is None:  # what OLMo's Trainer checks, after model build
+        problems.append(
+            "fused_loss=true needs flash-attn, which is not installed: pass --fused_loss=false "
+            "(same loss, PyTorch kernel), or install the gpu extra on a CUDA machine"
+        )
+    if cfg.model.flash_attention and not _flash_attn_available():
+        log.warning(
+            "model.flash_attention=true but flash-attn is not installed: OLMo uses PyTorch SDPA instead"
+        )
+    if not cuda and cfg.precision != "fp32":
+        problems.append(
+            f"precision={cfg.precision} needs CUDA (OLMo's Trainer autocasts on CUDA only, so on CPU it would "
+            "silently train in fp32): pass --precision=fp32"
+        )
+    if not cuda and cfg.model.init_device == "cuda":
+        problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
+    if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
+        if cfg.ddp.find_unused_params and cfg.ddp.grad_sync_mode != DDPGradSyncMode.micro_batch:
+            problems.append("ddp.find_unused_params=true needs --ddp.grad_sync_mode=micro_batch")
+    if cfg.global_train_batch_size % world_size:
+        problems.append(
+            f"global_train_batch_size={cfg.global_train_batch_size} is not divisible by the {world_size} ranks"
+        )
+    elif (cfg.global_train_batch_size // world_size) % cfg.device_train_microbatch_size:
+        problems.append(
+            f"the per-rank batch {cfg.global_train_batch_size // world_size} is not a multiple of "
+            f"device_train_microbatch_size={cfg.device_train_microbatch_size}"
+        )
+
+    missing = [(key, path) for key, path in _local_data_paths(cfg) if not Path(path).is_file()]
+    if missing:
+        shown = "; ".join(f"{key}: {path}" for key, path in missing[:5])
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        problems.append(
+            f"{len(missing)} data file(s) do not exist: {shown}{more}. Fix the paths (or data_prefix), or "
+            "build the demo corpus with `make demo`"
+        )
+
+    if cfg.load_path is not None and not is_url(cfg.load_path) and not Path(cfg.load_path).is_dir():
+        problems.append(
+            f"load_path={cfg.load_path} is not a directory: pass the checkpoint folder (or a URL)"
+        )
+    problems += _check_save_folders(cfg)
+    if problems:
+        raise OLMoConfigurationError("config cannot train here:\n  - " + "\n  - ".join(problems))
+
+
+def _check_save_folders(cfg: TrainConfig) -> list[str]:
+    if is_url(cfg.save_folder):
+        return [
+            f"save_folder={cfg.save_folder} is a URL, but OLMo writes checkpoints to a local folder first: "
+            "pass a local --save_folder and put the URL in --remote_save_folder (uploads go there)"
+        ]
+    try:
+        Path(cfg.save_folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cfg.save_folder):
+            pass
+    except OSError as e:
+        return [
+            f"save_folder={cfg.save_folder} is not writable ({e.strerror}): pass a writable --save_folder"
+        ]
+    remote = cfg.remote_save_folder
+    if remote is not None and urlparse(remote).scheme == "s3":
+        import boto3
+        import botocore.exceptions
+
+        try:
+            boto3.client("s3").head_bucket(Bucket=urlparse(remote).netloc)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            return [
+                f"remote_save_folder={remote}: bucket not reachable ({e}); check the bucket name, credentials "
+                "and AWS_ENDPOINT_URL"
+            ]
+    return []
+
+
+def _repo_blocks(model: torch.nn.Module) -> list[RepoSequentialBlock]:
+    return [
+        m for m in model.modules() if isinstance(m, RepoSequentialBlock) and m.pe_mode == PositionMode.repo
+    ]
+
+
+def _is_unsharded(path: PathOrStr) -> bool:
+    """An unsharded checkpoint: named `*-unsharded`, or a folder with model.pt/model.safetensors in it."""
+    base = str(path).rstrip("/")
+    if base.endswith("-unsharded"):
+        return True
+    for name in ("model.pt", "model.safetensors"):
+        if not is_url(base):
+            if Path(base, name).is_file():
+                return True
+        elif urlparse(base).scheme in ("http", "https"):
+            import requests
+
+            if requests.head(f"{base}/{name}", allow_redirects=True, timeout=60).ok:
+                return True
+        else:
+            try:
+                file_size(f"{base}/{name}")
+                return True
+            except FileNotFoundError:
+                continue
+    return False
+
+
+class RepoTrainer(Trainer):
+    """OLMo's `Trainer` with these deltas:
+
+    - unsharded checkpoints are restored by `RepoCheckpointer` (stage-1 init; complete checkpoints as stock);
+    - a `load_path` without `-unsharded` in its name that holds model.pt is read as unsharded;
+    - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
+      join the metrics (W&B, metrics.jsonl; not the console) as `train/positions/layer{i}/{min,max,std}`;
+    - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
+    - `close` finishes W&B without the `quiet` argument that current wandb lacks.
+    """
+
+    def restore_checkpoint(
+        self, load_path: PathOrStr, *, checkpoint_type: CheckpointType | None = None, **kwargs: Any
+    ) -> None:
+        if checkpoint_type is None and _is_unsharded(load_path):
+            checkpoint_type = CheckpointType.unsharded
+        super().restore_checkpoint(load_path, checkpoint_type=checkpoint_type, **kwargs)
+
+    def restore_unsharded_checkpoint(
+        self,
+        load_path: PathOrStr,
+        local_cache: PathOrStr | None = None,
+        *,
+        load_optimizer_state: bool = True,
+        load_trainer_state: bool = True,
+    ) -> None:
+        self.optim.zero_grad(set_to_none=True)
+        trainer_state = RepoCheckpointer(self.cfg).restore_checkpoint(
+            load_path,
+            self.dist_model,
+            self.optim,
+            local_cache=local_cache,
+            load_optimizer_state=load_optimizer_state,
+        )
+        if load_trainer_state:
+            self.load_trainer_state_dict(trainer_state)
+        barrier()
+
+    def train_step(self, batch: dict[str, Any], reduce_global_loss: bool = True) -> dict[str, float]:
+        if not reduce_global_loss:  # not a log step
+            return super().train_step(batch, reduce_global_loss)
+        stats: dict[str, float] = {}
+
+        def record(block: RepoSequentialBlock, args: tuple[Any, ...]) -> None:
+            prefix = f"{_POSITIONS}layer{block.layer_id}"
+            if f"{prefix}/std" in stats:  # later micro-batches and activation-checkpoint recomputes
+                return
+            with torch.no_grad():
+                z = block.predict_positions(args[0])  # [B, H, T]
+                stats.update({f"{prefix}/min": z.min().item(), f"{prefix}/max": z.max().item()})
+                stats[f"{prefix}/std"] = z.std().item()
+
+        hooks = [b.register_forward_pre_hook(record) for b in _repo_blocks(self.model)]
+        try:
+            metrics = super().train_step(batch, reduce_global_loss)
+        finally:
+            for h in hooks:
+                h.remove()
+        metrics.update(stats)
+        return metrics
+
+    def close(self, exit_code: int = 0) -> None:
+        # Stock close calls wandb.finish(..., quiet=True); wandb 0.31 has no `quiet`. Finishing here first
+        # leaves stock close nothing to finish.
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
+        super().close(exit_code)
+
+    def log_metrics_to_console(self, prefix: str, metrics: dict[str, float]) -> None:
+        # Three position numbers per RePo layer (33 lines for the 1B) would drown the console: W&B and
+        # metrics.jsonl have them.
+        super().log_metrics_to_console(
+            prefix, {k: v for k, v in metrics.items() if not k.startswith(_POSITIONS)}
+        )
+        if get_global_rank() == 0:
+            with open(Path(self.cfg.save_folder) / METRICS_FILE, "a") as f:
+                f.write(json.dumps({"step": self.global_step, **metrics}) + "\n")
+
+
+def _latest_checkpoint(cfg: TrainConfig) -> str | None:
+    """The latest checkpoint in save_folder, else in remote_save_folder (decided on rank 0).
+
+    Includes the pre-train checkpoint `step0-unsharded`, which OLMo's `find_latest_checkpoint` skips, so a
+    run killed before its first save also restarts with the same command.
+    """
+    found: list[str | None] = [None]
+    if get_global_rank() == 0:
+        for folder in (cfg.save_folder, cfg.remote_save_folder):
+            if folder is not None and (latest := find_latest_checkpoint(folder)) is not None:
+                found[0] = str(latest)
+                break
+        step0 = Path(cfg.save_folder) / "step0-unsharded"
+        if found[0] is None and step0.is_dir():
+            found[0] = str(step0)
+    dist.broadcast_object_list(found, src=0)
+    return found[0]
+
+
+def _same_config_saved(cfg: TrainConfig) -> bool:
+    """Whether save_folder/config.yaml is this very config (decided on rank 0)."""
+    same = [False]
+    if get_global_rank() == 0 and (saved := Path(cfg.save_folder) / "config.yaml").is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg.save(Path(tmp) / "config.yaml")
+            same[0] = (Path(tmp) / "config.yaml").read_text() == saved.read_text()
+    dist.broadcast_object_list(same, src=0)
+    return same[0]
+
+
+def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
+    if cfg.distributed_strategy == DistributedStrategy.ddp:
+        assert cfg.ddp is not None
+        log.info("Wrapping model with DDP...")
+        model = model.to_empty(device=device) if cfg.model.init_device == "meta" else model.to(device)
+        model.reset_parameters()  # before the wrap: DDP then broadcasts rank 0's values
+        return DDP(model, find_unused_parameters=cfg.ddp.find_unused_params)
+    log.info("Wrapping model with FSDP...")
+    hybrid: dict[str, Any] = {}
+    if cfg.fsdp.sharding_strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+        replicas = cfg.fsdp.hybrid_sharding_num_model_replicas or get_world_size() // get_local_world_size()
+        if replicas <= 0 or get_world_size() % replicas:
+            raise OLMoConfigurationError(
+                f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the world size"
+            )
+        hybrid["device_mesh"] = init_device_mesh("cuda", (replicas, get_world_size() // replicas))
+    dist_model = FSDP(
+        model,
+        sharding_strategy=cfg.fsdp.sharding_strategy,
+        mixed_precision=cfg.fsdp_precision,
+        auto_wrap_policy=model.get_fsdp_wrap_policy(cfg.fsdp.wrapping_strategy),
+        use_orig_params=cfg.fsdp.use_orig_params,
+        limit_all_gathers=True,
+        device_id=get_local_rank(),
+        param_init_fn=lambda module: module.to_empty(device=device),  # each parameter initialised once
+        **hybrid,
+    )
+    model.reset_parameters()
+    return dist_model
+
+
+def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
+    """Everything up to `fit()`: config handling, W&B, data, model, optimizer, checkpoint loading.
+
+    Expects `preflight(cfg, ...)` to have run and the process group to be up.
+    """
+    log_extra_field("run_name", cfg.run_name)
+    if (cfg.reset_optimizer_state or cfg.reset_trainer_state) and cfg.load_path is None:
+        log.warning("reset_optimizer_state/reset_trainer_state have no effect without load_path")
+
+    cfg.model.precision = cfg.precision
+    cfg.device_train_batch_size = cfg.global_train_batch_size // get_world_size()
+    cfg.device_train_grad_accum = cfg.device_train_batch_size // cfg.device_train_microbatch_size
+    if cfg.optimizer.no_decay_norm_and_bias is not None:
+        log.warning(
+            "no_decay_norm_and_bias is deprecated; it overrides decay_norm_and_bias and decay_embeddings"
+        )
+        cfg.optimizer.decay_norm_and_bias = not cfg.optimizer.no_decay_norm_and_bias
+        cfg.optimizer.decay_embeddings = not cfg.optimizer.no_decay_norm_and_bias
+        cfg.optimizer.no_decay_norm_and_bias = None
+    if cfg.distributed_strategy == DistributedStrategy.ddp:  # DDP writes unsharded checkpoints only
+        if cfg.save_interval_unsharded is None:
+            cfg.save_interval_unsharded = cfg.save_interval
+        if cfg.save_num_unsharded_checkpoints_to_keep == 0:
+            cfg.save_num_unsharded_checkpoints_to_keep = cfg.save_num_checkpoints_to_keep
+
+    resume_from = _latest_checkpoint(cfg)
+    if resume_from is not None:
+        log.info("Resuming from %s (latest checkpoint of this run)", resume_from)
+        cfg.load_path = resume_from
+        cfg.restore_dataloader = True
+        cfg.reset_optimizer_state = cfg.reset_trainer_state = False
+
+    # A rerun of the same command: resuming, or restarting a run killed before its first checkpoint. Then
+    # the run's own config.yaml and data-order files are expected in save_folder, not a clash.
+    rerun = resume_from is not None or _same_config_saved(cfg)
+    if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
+        save_path = Path(cfg.save_folder) / "config.yaml"
+        if save_path.is_file() and not cfg.save_overwrite and not rerun:
+            raise OLMoConfigurationError(
+                f"{save_path} already exists from a different config: use a new save_folder, or --save_overwrite"
+            )
+        log.info("Saving config to %s", save_path)
+        cfg.save(save_path)
+    barrier()
+
+    if cfg.wandb is not None and (get_global_rank() == 0 or not cfg.wandb.rank_zero_only):
+        wandb_dir = Path(cfg.save_folder) / "wandb"
+        wandb_dir.mkdir(parents=True, exist_ok=True)
+        wandb.init(
+            dir=wandb_dir,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            group=cfg.wandb.group,
+            name=cfg.wandb.name,
+            tags=cfg.wandb.tags,
+            config=cfg.asdict(exclude=["wandb"]),
+        )
+    barrier()
+
+    seed_all(cfg.seed)
+    loader_cfg = copy.copy(cfg)
+    loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
+    train_loader = build_train_dataloader(loader_cfg)
+    evaluators = build_evaluators(cfg, device)
+    barrier()
+
+    log.info("Building model...")
+    olmo_model = build_model(cfg.model)
+    log.info("Total number of parameters: %s", f"{olmo_model.num_params():,d}")
+    log.info("Number of non-embedding parameters: %s", f"{olmo_model.num_params(include_embedding=False):,d}")
+    if cfg.compile is not None:
+        if cfg.model.block_group_size != 1:
+            raise OLMoConfigurationError("compile is only supported with model.block_group_size=1")
+        for block in olmo_model.transformer.blocks:
+            block.compile(**cfg.compile.asdict())
+    olmo_model.set_activation_checkpointing(cfg.activation_checkpointing)
+    dist_model = _wrap(cfg, olmo_model, device)
+    log.info("Model:\n%s", dist_model)
+
+    optim = build_optimizer(cfg, dist_model)
+    scheduler = build_scheduler(cfg)
+
+    indices_file: TextIO | None = None
+    if cfg.save_data_indices:
+        indices_path = Path(cfg.save_folder) / f"data-indices/rank{get_global_rank()}.tsv.gz"
+        if indices_path.exists() and not cfg.save_overwrite and not rerun:
+            raise OLMoConfigurationError(f"{indices_path} already exists, use --save_overwrite to overwrite")
+        indices_path.parent.mkdir(exist_ok=True, parents=True)
+        indices_file = gzip.open(indices_path, "at")
+
+    trainer = RepoTrainer(
+        cfg=cfg,
+        epoch=cfg.epoch,
+        model=olmo_model,
+        dist_model=dist_model,
+        optim=optim,
+        scheduler=scheduler,
+        train_loader=train_loader,
+        device=device,
+        evaluators=evaluators,
+        indices_file=indices_file,
+    )
+
+    if not cfg.dry_run and not cfg.no_pre_train_checkpoint and cfg.load_path is None:
+        # Save and reload a checkpoint up front, so that a full disk or bad storage fails now.
+        checkpoint_type = (
+            CheckpointType.sharded
+            if cfg.distributed_strategy == DistributedStrategy.fsdp and cfg.save_num_checkpoints_to_keep != 0
+            else CheckpointType.unsharded
+        )
+        log.info("Saving pre-train checkpoint...")
+        path, local_cache = trainer.save_checkpoint(checkpoint_type=checkpoint_type)
+        log.info("Attempting to load pre-train checkpoint %s...", path)
+        trainer.restore_checkpoint(path, checkpoint_type=checkpoint_type, local_cache=local_cache)
+        log.info("Checkpoint successfully loaded")
+
+    if cfg.load_path is not None:
+        log.info("Loading checkpoint from %s...", cfg.load_path)
+        trainer.restore_checkpoint(
+            cfg.load_path,
+            load_optimizer_state=not cfg.reset_optimizer_state,
+            load_trainer_state=not cfg.reset_trainer_state,
+            sharded_checkpointer=cfg.load_path_sharded_checkpointer,
+        )
+        log.info("Checkpoint successfully loaded")
+        if cfg.reset_optimizer_state and not cfg.reset_trainer_state:
+            trainer.scheduler = BoltOnWarmupScheduler.wrap(
+                trainer.scheduler, trainer.global_step, int(trainer.global_step + cfg.scheduler.t_warmup)
+            )
+
+    if cfg.force_save_unsharded and cfg.distributed_strategy != DistributedStrategy.ddp:
+        log.info("Saving unsharded checkpoint...")
+        trainer.save_checkpoint(checkpoint_type=CheckpointType.unsharded)
+    return trainer
+
+
+def _finished(trainer: RepoTrainer) -> bool:
+    stop_at = trainer.cfg.stop_at if trainer.cfg.stop_at is not None else trainer.max_steps + 10
+    return trainer.global_step > 0 and trainer.global_step >= min(stop_at, trainer.max_steps)
+
+
+def main(cfg: TrainConfig, device: torch.device) -> None:
+    """Train `cfg` on `device` in the current process group (the body of `scripts/train.py`)."""
+    preflight(cfg, cuda=device.type == "cuda", world_size=get_world_size())
+    with build_trainer(cfg, device) as trainer:
+        if cfg.dry_run:
+            log.info("Dry run complete")
+        elif _finished(trainer):
+            log.info("Nothing to do: the run already reached step %d", trainer.global_step)
+        else:
+            log.info("Starting training...")
+            trainer.fit()
+            log.info("Training complete")
+
+
+def train(config_path: str, overrides: Sequence[str]) -> None:
+    """`scripts/train.py CONFIG [--key=value ...]`: load the config with CLI overrides and train."""
+    patch_torch_for_olmo()
+    device = init_distributed()
+    prepare_cli_environment()
+    add_cached_path_clients()
+    cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
+    try:
+        main(cfg, device)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,268 @@
+"""Stage-1 initialisation through the real Trainer and checkpointer (one-process gloo group, DDP on CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import http.server
+import shutil
+import threading
+
+import pytest
+import torch
+from olmo.config import ModelConfig, TrainConfig
+from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
+
+from olmo_repo import RepoTrainConfig, build_model
+from olmo_repo.checkpoint import check_stage1_state_dict, continue_optimizer_state, repo_param_names
+from olmo_repo.train import RepoTrainer, build_trainer, init_distributed, patch_torch_for_olmo, preflight
+
+from .conftest import tiny_config
+from .training import STAGE1, STAGE2_REPO, small, write_corpus
+
+
+@pytest.fixture(scope="module")
+def device():
+    patch_torch_for_olmo()
+    return init_distributed()
+
+
+def make_trainer(config, overrides: list[str], device) -> RepoTrainer:
+    cfg = RepoTrainConfig.load(config, overrides)
+    preflight(cfg, cuda=False, world_size=1)
+    return build_trainer(cfg, device)
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory, device):
+    """A stage-1 RoPE checkpoint after 3 steps (so its optimizer state is not trivial), and the data."""
+    root = tmp_path_factory.mktemp("stage1")
+    data = write_corpus(root / "data")
+    overrides = small(data, root / "run", max_duration=3, stop_at=3, save_interval_unsharded=3)
+    with make_trainer(STAGE1, overrides + ["no_pre_train_checkpoint=true"], device) as trainer:
+        trainer.fit()
+    return root / "run/step3-unsharded", data
+
+
+def _stage1_optim_by_name(checkpoint) -> dict[str, dict]:
+    osd = torch.load(checkpoint / "optim.pt", weights_only=True)
+    return {
+        name.removeprefix("module."): osd["state"][pid]
+        for g in osd["param_groups"]
+        for pid, name in zip(g["params"], g["param_names"])
+    }
+
+
+def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
+    checkpoint, data = stage1
+    stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
+    stage1_optim = _stage1_optim_by_name(checkpoint)
+    overrides = small(data, tmp_path / "a", load_path=checkpoint, max_duration=2, stop_at=2)
+    with make_trainer(STAGE2_REPO, overrides, device) as trainer:
+        weights = trainer.model.state_dict()
+        repo = repo_param_names(trainer.cfg.model)
+        assert repo == {
+            f"transformer.blocks.{i}.{m}.weight"
+            for i in (1, 2)
+            for m in ("gate_map", "content_map", "final_map")
+        }
+        assert set(weights) - set(stage1_weights) == repo and not set(stage1_weights) - set(weights)
+        for key, tensor in stage1_weights.items():
+            assert torch.equal(weights[key], tensor), key
+        by_name = {
+            n.removeprefix("module."): p
+            for g in trainer.optim.param_groups
+            for n, p in zip(g["param_names"], g["params"])
+        }
+        for name, param in by_name.items():
+            state = trainer.optim.state.get(param, {})
+            if name in repo:
+                assert not state, name
+            else:
+                for k in ("exp_avg", "exp_avg_sq", "step"):
+                    assert torch.equal(state[k], stage1_optim[name][k]), (name, k)
+        repo_init = {k: weights[k].clone() for k in repo}
+        trainer.fit()  # two steps: base parameters continue at step 3 + 2, RePo parameters start at 0 + 2
+        for name, param in by_name.items():
+            assert trainer.optim.state[param]["step"].item() == (2 if name in repo else 5), name
+
+    # The RePo weights the load kept are the fresh init of the same seed without any checkpoint.
+    fresh_overrides = small(data, tmp_path / "b", no_pre_train_checkpoint=True)
+    with make_trainer(STAGE2_REPO, fresh_overrides, device) as fresh:
+        fresh_weights = fresh.model.state_dict()
+        for key, tensor in repo_init.items():
+            assert torch.equal(tensor, fresh_weights[key]), key
+
+
+def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, device):
+    checkpoint, data = stage1
+    # Weights converted from elsewhere: model.pt and a stock config.yaml, no optim.pt/train.pt, no -unsharded name.
+    converted = tmp_path / "converted"
+    converted.mkdir()
+    shutil.copy(checkpoint / "model.pt", converted / "model.pt")
+    stage1_model = RepoTrainConfig.load(checkpoint / "config.yaml", validate_paths=False).model
+    stock_model = ModelConfig(
+        **{f.name: getattr(stage1_model, f.name) for f in dataclasses.fields(ModelConfig)}
+    )
+    TrainConfig(model=stock_model).save(converted / "config.yaml")
+
+    with pytest.raises(OLMoCheckpointError, match="reset_optimizer_state=true"):
+        make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=converted), device)
+    overrides = small(
+        data, tmp_path / "b", load_path=converted, reset_optimizer_state=True, reset_trainer_state=True
+    )
+    with make_trainer(STAGE2_REPO, overrides, device) as trainer:
+        assert not trainer.optim.state
+        stage1_weights = torch.load(converted / "model.pt", weights_only=True)
+        weights = trainer.model.state_dict()
+        assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
+
+
+def test_bad_checkpoint_fails_through_the_trainer(stage1, tmp_path, device):
+    checkpoint, data = stage1
+    broken = tmp_path / "broken-unsharded"
+    shutil.copytree(checkpoint, broken)
+    weights = torch.load(broken / "model.pt", weights_only=True)
+    del weights["transformer.blocks.0.ff_proj.weight"]
+    torch.save(weights, broken / "model.pt")
+    with pytest.raises(
+        OLMoCheckpointError, match=r"not RePo weights: transformer\.blocks\.0\.ff_proj\.weight"
+    ):
+        make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=broken), device)
+
+
+@pytest.fixture
+def repo_config() -> ModelConfig:
+    return tiny_config(pe_mode="repo", pe_start_layer=2)
+
+
+def test_check_stage1_state_dict_accepts_exactly_the_repo_gap(repo_config):
+    rope = build_model(tiny_config()).state_dict()
+    assert check_stage1_state_dict(rope, repo_config) == repo_param_names(repo_config)
+    assert len(repo_param_names(repo_config)) == 6
+    assert check_stage1_state_dict(build_model(repo_config).state_dict(), repo_config) == set()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda sd: sd.pop("transformer.blocks.3.attn_out.weight"),
+            r"not RePo weights: transformer\.blocks\.3\.attn_out\.weight",
+        ),
+        (
+            lambda sd: sd.__setitem__("transformer.extra.weight", torch.zeros(1)),
+            r"unexpected keys: transformer\.extra\.weight",
+        ),
+        (
+            lambda sd: sd.__setitem__("transformer.blocks.0.att_proj.weight", torch.zeros(3, 64)),
+            r"wrong shapes: transformer\.blocks\.0\.att_proj\.weight \(checkpoint \(3, 64\), model \(192, 64\)\)",
+        ),
+        (
+            lambda sd: sd.__setitem__("transformer.blocks.2.gate_map.weight", torch.zeros(8, 64)),
+            r"has some RePo weights but lacks",
+        ),
+    ],
+    ids=["missing-base-key", "unexpected-key", "wrong-shape", "partial-repo"],
+)
+def test_check_stage1_state_dict_names_what_is_wrong(repo_config, edit, message):
+    state_dict = build_model(tiny_config()).state_dict()
+    edit(state_dict)
+    with pytest.raises(OLMoCheckpointError, match=message):
+        check_stage1_state_dict(state_dict, repo_config)
+
+
+def _config(tmp_path, *extra: str) -> RepoTrainConfig:
+    data = write_corpus(tmp_path / "data", n_tokens=2_000)
+    return RepoTrainConfig.load(STAGE1, small(data, tmp_path / "run") + list(extra))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["data.paths=[/nonexistent/part-0.npy]"],
+            r"1 data file\(s\) do not exist: data\.paths: /nonexistent/part-0\.npy",
+        ),
+        (
+            ["load_path=/nonexistent/step3-unsharded"],
+            r"load_path=/nonexistent/step3-unsharded is not a directory",
+        ),
+        (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
+        (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
+        (["precision=amp_bf16"], r"precision=amp_bf16 needs CUDA.*--precision=fp32"),
+        (
+            ["global_train_batch_size=6", "device_train_microbatch_size=4"],
+            r"per-rank batch 6 is not a multiple of device_train_microbatch_size=4",
+        ),
+    ],
+    ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
+)
+def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
+    with pytest.raises(OLMoConfigurationError, match=message):
+        preflight(_config(tmp_path, *extra), cuda=False, world_size=1)
+
+
+def test_preflight_unwritable_save_folder_and_cpu_strategy(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OLMoConfigurationError, match=r"save_folder=.*file/run is not writable"):
+        preflight(_config(tmp_path, f"save_folder={tmp_path / 'file/run'}"), cuda=False, world_size=1)
+    cfg = _config(tmp_path, "distributed_strategy=fsdp")
+    preflight(cfg, cuda=False, world_size=1)
+    assert cfg.distributed_strategy == "ddp" and cfg.ddp is not None
+
+
+def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
+    checkpoint, data = stage1
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(checkpoint.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/{checkpoint.name}/"
+    try:
+        with make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=url), device) as trainer:
+            weights = trainer.model.state_dict()
+            stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
+            assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
+            assert len(trainer.optim.state) == len(stage1_weights)  # base parameters only
+    finally:
+        server.shutdown()
+
+
+def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
+    """OLMo-2's released stage-1 optim.pt comes from FSDP: state and params keyed by parameter name."""
+    checkpoint, data = stage1
+    fsdp_style = tmp_path / "fsdp-step3-unsharded"
+    shutil.copytree(checkpoint, fsdp_style)
+    by_name = _stage1_optim_by_name(checkpoint)
+    osd = torch.load(checkpoint / "optim.pt", weights_only=True)
+    for group in osd["param_groups"]:
+        group["params"] = group["param_names"] = [n.removeprefix("module.") for n in group["param_names"]]
+    osd["state"] = by_name
+    torch.save(osd, fsdp_style / "optim.pt")
+    with make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=fsdp_style), device) as trainer:
+        repo = repo_param_names(trainer.cfg.model)
+        for group in trainer.optim.param_groups:
+            for name, param in zip(group["param_names"], group["params"]):
+                name = name.removeprefix("module.")
+                state = trainer.optim.state.get(param, {})
+                assert (
+                    not state
+                    if name in repo
+                    else torch.equal(state["exp_avg_sq"], by_name[name]["exp_avg_sq"])
+                )
+        # What FSDP.optim_state_dict_to_load gets on GPU: the same surgery, keyed by parameter name.
+        surgery = continue_optimizer_state(osd, trainer.optim, repo, by_name=True)
+    assert set(surgery["state"]) == set(by_name) and not set(surgery["state"]) & repo
+    assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
+
+
+def test_rerun_before_the_first_checkpoint_restarts_but_another_config_fails(stage1, tmp_path, device):
+    """A stage-2 run killed before its first save left only its config and data order: the same command
+    starts again; a different config in the same save_folder is refused."""
+    checkpoint, data = stage1
+    overrides = small(data, tmp_path / "run", load_path=checkpoint)
+    make_trainer(STAGE2_REPO, overrides, device).close()
+    assert (tmp_path / "run/config.yaml").is_file() and not list((tmp_path / "run").glob("step*"))
+    make_trainer(STAGE2_REPO, overrides, device).close()
+    with pytest.raises(OLMoConfigurationError, match="from a different config"):
+        make_trainer(STAGE2_REPO, overrides + ["seed=7"], device)

@@ -1,0 +1,186 @@
+"""scripts/train.py end to end in real processes: resume after a kill, 2-process DDP with W&B offline, S3
+(checkpoint upload, resume and stage-1 initialisation from a bucket)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from .training import (
+    STAGE1,
+    STAGE2_REPO,
+    TRAIN_SCRIPT,
+    cli,
+    small,
+    subprocess_env,
+    train_command,
+    write_corpus,
+)
+
+
+def _losses(save_folder: Path, skip: int = 0) -> dict[int, float]:
+    lines = (save_folder / "metrics.jsonl").read_text().splitlines()[skip:]
+    records = [json.loads(line) for line in lines]
+    return {r["step"]: r["train/CrossEntropyLoss"] for r in records if "train/CrossEntropyLoss" in r}
+
+
+def _run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, env=subprocess_env(**env), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_help_and_clear_failure_before_training(tmp_path):
+    help_out = subprocess.run([sys.executable, str(TRAIN_SCRIPT), "--help"], capture_output=True, text=True)
+    assert help_out.returncode == 0 and "CONFIG [--key=value ...]" in help_out.stdout
+    overrides = small(tmp_path / "no-data", tmp_path / "run")
+    result = subprocess.run(
+        train_command(STAGE1, overrides), env=subprocess_env(), capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "1 data file(s) do not exist" in result.stdout + result.stderr
+    assert not (tmp_path / "run/config.yaml").exists()  # nothing was started
+
+
+def test_killed_run_resumes_with_identical_losses(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4)
+    reference = tmp_path / "reference"
+    _run(train_command(STAGE1, small(data, reference, **steps)))
+    expected = _losses(reference)
+    assert sorted(expected) == list(range(1, 41))
+
+    run = tmp_path / "run"
+    cmd = train_command(STAGE1, small(data, run, **steps))
+    proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (run / "step8-unsharded").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+    logged_before_kill = len((run / "metrics.jsonl").read_text().splitlines())
+    assert max(_losses(run)) < 40
+
+    result = _run(cmd)  # the same command again
+    assert "Resuming from" in result.stdout
+    resumed = _losses(run, skip=logged_before_kill)
+    assert min(resumed) >= 9 and max(resumed) == 40
+    assert {s: expected[s] for s in resumed} == resumed  # exact float equality, fp32 on CPU
+    # Rerunning a finished run does nothing.
+    assert "Nothing to do" in _run(cmd).stdout
+
+
+def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    save = tmp_path / "run"
+    overrides = small(
+        data, save, max_duration=4, stop_at=4, save_interval_unsharded=4, console_log_interval=2
+    )
+    overrides += ["wandb={project: olmo-repo-test, entity: null, log_interval: 2}"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port",
+        str(_free_port()),
+    ]
+    _run([*torchrun, str(TRAIN_SCRIPT), str(STAGE2_REPO), *cli(overrides)])
+    assert torch.load(save / "step4-unsharded/train.pt", weights_only=False)["world_size"] == 2
+    records = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "train/CrossEntropyLoss" in r][-1]
+    assert last["step"] == 4
+    for layer in (1, 2):
+        lo, hi, std = (last[f"train/positions/layer{layer}/{k}"] for k in ("min", "max", "std"))
+        assert lo < hi and std > 0
+    assert "train/positions/layer0/std" not in last  # layer 0 uses RoPE
+    runs = list((save / "wandb/wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and b"train/positions/layer2/std" in runs[0].read_bytes()
+    config = (save / "config.yaml").read_text()
+    assert "distributed_strategy: ddp" in config
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_server():
+    """A real S3-compatible server (moto) on loopback; yields the environment that points boto3 at it."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "OLMO_NO_SSL": "1",
+    }
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        yield env
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_s3_remote_save_folder_upload_and_resume(tmp_path, s3_server, monkeypatch):
+    import boto3
+
+    for key, value in s3_server.items():
+        monkeypatch.setenv(key, value)
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="ckpts")
+    data = write_corpus(tmp_path / "data")
+    save = tmp_path / "run"
+    overrides = small(
+        data,
+        save,
+        max_duration=6,
+        save_interval_unsharded=2,
+        remote_save_folder="s3://ckpts/run",
+        evaluators="[]",
+    )
+    _run(train_command(STAGE1, overrides + ["stop_at=4"]), **s3_server)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]}
+    for step in (2, 4):
+        assert {
+            f"run/step{step}-unsharded/{f}" for f in ("model.pt", "optim.pt", "train.pt", "config.yaml")
+        } <= keys
+
+    shutil.rmtree(save)  # only the bucket has the checkpoints now
+    result = _run(train_command(STAGE1, overrides + ["stop_at=6"]), **s3_server)
+    assert "Resuming from s3://ckpts/run/step4-unsharded" in result.stdout
+    assert sorted(_losses(save)) == [5, 6]
+    assert "run/step6-unsharded/model.pt" in {
+        o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]
+    }
+
+    # The same bucket as a stage-1 store: a RePo run initialises from an s3:// load_path.
+    stage2 = small(data, tmp_path / "stage2", max_duration=1, load_path="s3://ckpts/run/step6-unsharded")
+    result = _run(train_command(STAGE2_REPO, stage2), **s3_server)
+    assert (
+        "Initialising from stage-1 checkpoint s3://ckpts/run/step6-unsharded: 6 RePo weights" in result.stdout
+    )

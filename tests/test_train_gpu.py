@@ -1,0 +1,46 @@
+"""The GPU-only paths (nccl, FSDP with meta init, bf16 autocast, stage-1 init through a full FSDP state dict).
+
+Skipped without CUDA: FSDP needs an accelerator. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from .training import STAGE1, STAGE2_REPO, small, subprocess_env, train_command, write_corpus
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FSDP, nccl, bf16)")
+
+GPU = dict(
+    distributed_strategy="fsdp",
+    precision="amp_bf16",
+    **{"model.init_device": "meta", "fsdp.precision": "mixed", "fsdp.sharding_strategy": "SHARD_GRAD_OP"},
+    sharded_checkpointer="olmo_core",
+    save_interval_unsharded=3,
+    max_duration=3,
+)
+
+
+def _run(cmd: list[str]) -> str:
+    result = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+def test_fsdp_stage1_then_repo_stage2(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    _run(train_command(STAGE1, small(data, tmp_path / "stage1", **GPU)))
+    stage1 = tmp_path / "stage1/step3-unsharded"
+    assert (stage1 / "optim.pt").is_file()
+    out = _run(train_command(STAGE2_REPO, small(data, tmp_path / "stage2", load_path=stage1, **GPU)))
+    assert "Optimizer surgery: stage-1 state for" in out and "fresh state for 6 RePo parameters" in out
+    records = [json.loads(line) for line in (tmp_path / "stage2/metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "train/CrossEntropyLoss" in r][-1]
+    assert last["step"] == 3 and last["train/positions/layer2/std"] > 0
+    # The stage-2 checkpoint holds the stage-1 base tensors moved by 3 steps and the RePo weights.
+    weights = torch.load(tmp_path / "stage2/step3-unsharded/model.pt", weights_only=True)
+    assert "transformer.blocks.1.gate_map.weight" in weights

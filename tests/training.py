@@ -1,0 +1,68 @@
+"""Helpers for the training tests: a tiny random-token corpus and overrides that shrink the tiny configs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE1 = ROOT / "configs/tiny-stage1-rope.yaml"
+STAGE2_REPO = ROOT / "configs/tiny-stage2-repo.yaml"
+TRAIN_SCRIPT = ROOT / "scripts/train.py"
+VOCAB = 128
+
+
+def write_corpus(data_dir: Path, n_tokens: int = 12_000) -> Path:
+    """stage1.npy, stage2.npy and val.npy of random token ids (uint32 memmaps, as OLMo reads them), and a
+    word-level tokenizer.json of the same vocabulary size (OLMo checks the config's vocab against it)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    Tokenizer(WordLevel(vocab, unk_token="t2")).save(str(data_dir / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    for split in ("stage1", "stage2", "val"):
+        rng.integers(2, VOCAB, n_tokens, dtype=np.uint32).tofile(data_dir / f"{split}.npy")
+    return data_dir
+
+
+def small(data_dir: Path, save_folder: Path, **extra: object) -> list[str]:
+    """`key=value` overrides: a 3-layer d=32 model on a 128-token vocabulary, 4 x 32 tokens per step."""
+    values: dict[str, object] = {
+        "data_prefix": data_dir,
+        "save_folder": save_folder,
+        "model.d_model": 32,
+        "model.n_layers": 3,
+        "model.mlp_ratio": 4,
+        "model.max_sequence_length": 32,
+        "model.vocab_size": VOCAB,
+        "model.embedding_size": VOCAB,
+        "model.eos_token_id": 0,
+        "model.pad_token_id": 1,
+        "device_train_microbatch_size": 2,
+        "tokenizer.identifier": data_dir / "tokenizer.json",
+        "evaluators": "[]",
+        **extra,
+    }
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def cli(overrides: list[str]) -> list[str]:
+    return [f"--{o}" for o in overrides]
+
+
+def train_command(config: Path, overrides: list[str]) -> list[str]:
+    return [sys.executable, str(TRAIN_SCRIPT), str(config), *cli(overrides)]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "OLMo_NONINTERACTIVE": "1",
+        "WANDB_MODE": "offline",
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
