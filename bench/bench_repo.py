@@ -10,7 +10,8 @@ for backward (`olmo_repo.rope.rotate_reference`). The last printed line is
 
     RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>
 
-(ratios of medians). `--json PATH` writes every measurement.
+Time ratios are medians over the rounds of the ratio measured within a round; memory is measured once (it
+does not vary). `--json PATH` writes every measurement.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ SIZES = {
     "tiny": Size(64, 4, 2, 1, 4, 128, 2, 32, 16, 4, 2),
     # OLMo-2 1B layer width and heads; RePo in 2 of 3 layers (the 1B has 11 of 16). The vocabulary is cut to
     # 4096 so that the output layer does not dwarf three blocks (in the 1B, 16 blocks outweigh it 5:1).
-    "cpu": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 5),
+    "cpu": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9),
     # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15.
     "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10),
 }
@@ -223,8 +224,11 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         with reference_rotation(name == "repo-reference"):
             activations[name] = saved_activation_memory(models[name], ids, amp)
 
-    med = {n: statistics.median(v) for n, v in step_s.items()}
-    dec = {n: statistics.median(v) for n, v in decode_s.items()}
+    def ratio(samples: dict[str, list[float]], name: str) -> float:
+        # Median over rounds of the ratio within a round: both were measured moments apart, so drift of a
+        # shared machine cancels (the ratio of the overall medians would keep it).
+        return statistics.median(a / b for a, b in zip(samples[name], samples["rope"]))
+
     return {
         "size": size_name,
         "shape": size.__dict__,
@@ -239,14 +243,51 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         "saved_activation_bytes": activations,
         "ratios_vs_rope": {
             n: {
-                "step": med[n] / med["rope"],
+                "step": ratio(step_s, n),
                 "memory": memory[n] / memory["rope"],
                 "activations": activations[n] / activations["rope"],
-                "decode": dec[n] / dec["rope"],
+                "decode": ratio(decode_s, n),
             }
             for n in variants
         },
     }
+
+
+def profile_difference(size_name: str, device: str, top: int = 15, seed: int = 0) -> str:
+    """Self time per op of one training step, RePo minus RoPE: where the difference goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    size = SIZES[size_name]
+    amp = torch.bfloat16 if device == "cuda" else None
+    ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    per_op: dict[str, dict[str, float]] = {}
+    for mode in ("rope", "repo"):
+        torch.manual_seed(seed)
+        model = build_model(model_config(size, mode, device)).train()
+        train_step(model, ids, amp)  # warm-up
+        with profile(activities=activities) as prof:
+            train_step(model, ids, amp)
+            sync(device)
+        attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+        per_op[mode] = {e.key: getattr(e, attr) / 1e3 for e in prof.key_averages()}
+        del model
+    total = {m: sum(v.values()) for m, v in per_op.items()}
+    rows = sorted(
+        (
+            (per_op["repo"].get(k, 0.0) - per_op["rope"].get(k, 0.0), k)
+            for k in per_op["repo"].keys() | per_op["rope"].keys()
+        ),
+        reverse=True,
+    )
+    lines = [
+        f"profile, one step each: RoPE {total['rope']:.1f} ms, RePo {total['repo']:.1f} ms (self time summed over ops)"
+    ]
+    lines += [
+        f"  {d:+9.2f} ms  {k} (RoPE {per_op['rope'].get(k, 0.0):.2f}, RePo {per_op['repo'].get(k, 0.0):.2f})"
+        for d, k in rows[:top]
+    ]
+    return "\n".join(lines)
 
 
 def report(result: dict) -> str:
@@ -287,7 +328,12 @@ def main() -> None:
         help="cpu or cuda (default: cuda if present)",
     )
     parser.add_argument("--json", default=None, help="also write all measurements to this JSON file")
+    parser.add_argument(
+        "--profile", action="store_true", help="first print the per-op time RePo adds over RoPE in one step"
+    )
     args = parser.parse_args()
+    if args.profile:
+        print(profile_difference(args.size, args.device))
     result = run(args.size, args.reps, args.device)
     if args.json:
         with open(args.json, "w") as f:

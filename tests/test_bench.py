@@ -21,8 +21,11 @@ def test_benchmark_smoke(tmp_path):
         "2",
         "--json",
         str(out),
+        "--profile",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    assert proc.stdout.startswith("profile, one step each: RoPE")
+    assert "_Rotate" in proc.stdout  # RePo's rotation shows up among the added ops
     last = proc.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"RePo/RoPE step=\d+\.\d{3} memory=\d+\.\d{3} decode=\d+\.\d{3}", last), last
     result = json.loads(out.read_text())
