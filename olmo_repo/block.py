@@ -4,7 +4,7 @@ Deltas from `olmo.model.OLMoSequentialBlock` (everything else is inherited uncha
 
 - f_phi (RePo layers only, `olmo_repo.rope.f_phi`): one real position per head and token from the block
   input x [B, T, d_model], with gate_map, content_map: d_model -> d_model/8 and final_map: d_model/8 ->
-  n_heads, no bias, OLMo's normal init; computed in fp32.
+  n_heads, no bias, OLMo's normal init; fp32 results (see `olmo_repo.rope`).
 - `attention()` rotates q and k by those positions (RePo) or not at all (NoPE), after the q/k norms and
   *before* the KV cache, so cached keys are already rotated by their own positions (stock OLMo caches
   unrotated keys and re-rotates them by integer index, which a learned position cannot be).
@@ -62,10 +62,11 @@ class RepoSequentialBlock(OLMoSequentialBlock):
 
     def predict_positions(self, x: Tensor) -> Tensor:
         """f_phi: block input x [B, T, d_model] -> positions [B, n_heads, T], fp32 (float64 for a float64 model)."""
-        if x.dtype in (torch.float32, torch.float64) or not torch.is_grad_enabled():
+        mixed = x.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type)
+        if not (mixed and torch.is_grad_enabled()):
             return self._f_phi(x)
-        # For a bf16/fp16 x, autograd would keep the fp32 copy of x and f_phi's fp32 activations: 3x the
-        # block input's memory per RePo layer. Recomputing them in backward costs ~1% of the layer's FLOPs.
+        # In mixed precision autograd would keep a low-precision copy of x and f_phi's fp32 activations,
+        # up to 2x the block input's memory per RePo layer; recomputing them in backward is ~1% of its FLOPs.
         return checkpoint(self._f_phi, x, use_reentrant=False)
 
     def _f_phi(self, x: Tensor) -> Tensor:

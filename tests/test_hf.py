@@ -602,7 +602,7 @@ def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):
     restored = torch.load(convert_from_hf(hf_dir, tmp_path / "back") / "model.pt", weights_only=True)
     original = olmo.state_dict()
     assert restored.keys() == original.keys() and all(torch.equal(restored[k], original[k]) for k in original)
-    # bf16 weights: positions still come out in fp32 (f_phi and the angles run in fp32).
+    # bf16 weights: positions still come out in fp32 (f_phi accumulates and returns fp32; angles are fp32).
     bf16 = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).eval()
     with torch.no_grad():
         out = bf16(ids, output_positions=True)

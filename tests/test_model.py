@@ -282,35 +282,81 @@ def test_predict_positions_returns_the_per_head_positions_of_every_repo_layer():
     torch.testing.assert_close(positions[2], model.transformer.blocks[2].predict_positions(x))
 
 
-def test_positions_are_computed_in_fp32_under_bf16_autocast():
+def test_positions_are_fp32_results_of_bf16_inputs_under_bf16_autocast():
+    """Under autocast gate_map/content_map see bf16 inputs (like every projection) but return fp32: the
+    positions equal float64 math on the bf16-rounded x and weights, where bf16 outputs lose whole positions."""
     model = build_model(tiny_config(d_model=256, n_heads=4, n_layers=1, pe_mode="repo"))
     block = model.transformer.blocks[0]
     for linear in (block.gate_map, block.content_map, block.final_map):
         torch.nn.init.normal_(linear.weight, std=2.0)  # positions in the thousands
-    x = torch.randn(1, 64, 256).bfloat16()
+    x = torch.randn(1, 64, 256)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         z = block.predict_positions(x)
         z_bf16 = block.final_map(
             torch.nn.functional.silu(block.gate_map(x)) * block.content_map(x)
         ).transpose(1, 2)
     assert z.dtype == torch.float32
-    exact = block.double().predict_positions(x.double())
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t.bfloat16().double()
+
+    F = torch.nn.functional
+    exact = F.linear(
+        F.silu(F.linear(rounded(x), rounded(block.gate_map.weight)))
+        * F.linear(rounded(x), rounded(block.content_map.weight)),
+        block.final_map.weight.double(),
+    ).transpose(1, 2)
     assert exact.abs().max() > 1000
-    torch.testing.assert_close(z.double(), exact, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(z.double(), exact, rtol=1e-5, atol=2e-3)
     assert (z_bf16.double() - exact).abs().max() > 1.0  # what the reference's bf16 matmuls lose
 
 
-def test_f_phi_recomputes_its_fp32_copy_for_low_precision_inputs():
-    """For a bf16 block input f_phi is checkpointed (nothing fp32 kept); gradients equal the direct path."""
-    block = build_model(tiny_config(n_layers=1, pe_mode="repo")).transformer.blocks[0].bfloat16()
-    x = torch.randn(2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
+def test_low_precision_projection_gradients_match_autograd_of_the_fp32_formula():
+    """`_LinearFp32Out`'s backward: the gradient rounded to bf16, then bf16 matmuls (as autocast's)."""
+    from olmo_repo.rope import _LinearFp32Out
+
+    x = torch.randn(2, 8, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(2, 8, 16)
+    out = _LinearFp32Out.apply(x, w)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.nn.functional.linear(x.float(), w.float()), rtol=0, atol=0)
+    grad_x, grad_w = torch.autograd.grad(out, (x, w), g)
+    assert grad_x.dtype == grad_w.dtype == torch.bfloat16
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ex, ew = torch.autograd.grad(torch.nn.functional.linear(xd, wd), (xd, wd), g.bfloat16().double())
+    torch.testing.assert_close(grad_x.double(), ex, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(grad_w.double(), ew, rtol=1e-2, atol=1e-2)
+
+
+def test_f_phi_under_autocast_gives_fp32_master_weights_fp32_gradients():
+    block = build_model(tiny_config(n_layers=1, pe_mode="repo")).transformer.blocks[0]
+    x = torch.randn(2, 16, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = block.predict_positions(x)
+    z.pow(2).sum().backward()
+    for linear in (block.gate_map, block.content_map, block.final_map):
+        assert linear.weight.grad.dtype == torch.float32 and linear.weight.grad.abs().sum() > 0
+    assert x.grad.dtype == torch.float32 and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("case", ["bf16 model", "fp32 model under autocast"])
+def test_f_phi_is_recomputed_in_backward_in_mixed_precision(case):
+    """In mixed precision autograd keeps only the block input x for f_phi; gradients equal the direct path."""
+    block = build_model(tiny_config(n_layers=1, pe_mode="repo")).transformer.blocks[0]
+    dtype = torch.bfloat16 if case == "bf16 model" else torch.float32
+    block = block.to(dtype)
+    x = torch.randn(2, 16, 64, dtype=dtype, requires_grad=True)
     g = torch.randn(2, 4, 16)
     saved: list[torch.Tensor] = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        z = block.predict_positions(x)
-    assert z.dtype == torch.float32 and all(t.dtype != torch.float32 or t.numel() < x.numel() for t in saved)
-    grads = torch.autograd.grad(z, (x, block.gate_map.weight, block.final_map.weight), g)
-    direct = torch.autograd.grad(block._f_phi(x), (x, block.gate_map.weight, block.final_map.weight), g)
+    weights = (x, block.gate_map.weight, block.final_map.weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case != "bf16 model"):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            z = block.predict_positions(x)
+        grads = torch.autograd.grad(z, weights, g)
+        direct = torch.autograd.grad(block._f_phi(x), weights, g)
+    assert z.dtype == torch.float32
+    assert [t.data_ptr() for t in saved if t.numel() >= 256] == [x.data_ptr()]
     for a, b in zip(grads, direct):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 

@@ -44,3 +44,51 @@ def test_fsdp_stage1_then_repo_stage2(tmp_path):
     # The stage-2 checkpoint holds the stage-1 base tensors moved by 3 steps and the RePo weights.
     weights = torch.load(tmp_path / "stage2/step3-unsharded/model.pt", weights_only=True)
     assert "transformer.blocks.1.gate_map.weight" in weights
+
+
+def test_f_phi_projections_are_bf16_gemms_with_fp32_results_on_cuda():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from olmo_repo.rope import _LinearFp32Out
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, torch.dtype]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append((str(func), args[0].dtype))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(4, 512, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, 2048, device="cuda", dtype=torch.bfloat16) / 45
+    with Ops() as ops:
+        out = _LinearFp32Out.apply(x, w)
+    assert ("aten.mm.dtype", torch.bfloat16) in ops.seen and out.dtype == torch.float32
+    exact = torch.nn.functional.linear(x.double(), w.double())
+    torch.testing.assert_close(out.double(), exact, rtol=1e-5, atol=1e-4)
+
+
+def test_repo_model_with_flash_attention_matches_sdpa_in_bf16():
+    pytest.importorskip("flash_attn")
+    from olmo_repo import build_model
+
+    from .conftest import tiny_config
+
+    ids = torch.randint(0, 100, (2, 64), device="cuda")
+    logits = {}
+    for flash in (False, True):
+        torch.manual_seed(0)
+        model = build_model(
+            tiny_config(
+                d_model=256,
+                n_heads=4,
+                pe_mode="repo",
+                pe_start_layer=1,
+                flash_attention=flash,
+                init_device="cuda",
+            )
+        )
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits[flash] = model(ids).logits.float()
+    torch.testing.assert_close(logits[True], logits[False], rtol=2e-2, atol=2e-2)
