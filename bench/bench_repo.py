@@ -10,14 +10,19 @@ for backward (`olmo_repo.rope.rotate_reference`). The last printed line is
 
     RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>
 
-Time ratios are medians over the rounds of the ratio measured within a round; memory is measured once (it
-does not vary). `--json PATH` writes every measurement.
+Time ratios are medians over the rounds of the ratio measured within a round, with a bootstrap 95% interval;
+memory is measured once (it does not vary). On a shared machine whole steps vary by several percent, so the
+benchmark also times, alone and many times over, the pieces in which a RePo layer differs from a RoPE layer
+(f_phi and the rotation against OLMo's rotary embedding, each forward+backward) and reports their sum over
+the RePo layers as a share of the RoPE step: the overhead the implementation accounts for, resolved to a
+fraction of a percent. `--json PATH` writes every measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import platform
 import random
@@ -70,7 +75,7 @@ def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
         weight_tying=False,
         rope=True,
         rope_theta=500_000,
-        flash_attention=device == "cuda",
+        flash_attention=device == "cuda" and importlib.util.find_spec("flash_attn") is not None,
         attention_dropout=0.0,
         residual_dropout=0.0,
         embedding_dropout=0.0,
@@ -179,6 +184,83 @@ def spread(values: list[float]) -> str:
     return f"{med * 1e3:9.2f} ms (±{(max(values) - min(values)) / 2 / med * 100:4.1f}%)"
 
 
+def timed(fn: Callable[[], None], device: str) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def component_times(
+    repo_block: torch.nn.Module, rope_block: torch.nn.Module, size: Size, amp: torch.dtype | None, device: str
+) -> dict[str, list[float]]:
+    """Seconds of forward+backward of what one RePo layer does instead of a RoPE layer's rotation, at the
+    benchmark's shape, each piece alone, interleaved: f_phi, RePo's rotation of q and k (eager, and through
+    torch.compile as on CUDA), the reference's rotation, and OLMo's rotary embedding (what a RoPE layer does
+    instead)."""
+    B, T, H, d = size.batch, size.seq, size.n_heads, size.d_model
+    dtype = amp or torch.float32
+    x = torch.randn(B, T, d, device=device, requires_grad=True)
+    q, k = (torch.randn(B, H, T, d // H, device=device, dtype=dtype, requires_grad=True) for _ in "qk")
+    positions = (torch.rand(B, H, T, device=device) * T).requires_grad_()
+    inv_freq = olmo_repo.block.inv_frequencies(d // H, repo_block.config.rope_theta, q.device)
+    grad = torch.randn(B, H, T, d // H, device=device, dtype=dtype)
+
+    def backward(*outs: torch.Tensor) -> None:
+        torch.autograd.backward(outs, [grad if o.dim() == 4 else torch.ones_like(o) for o in outs])
+
+    def autocast():
+        return torch.autocast(device, dtype=dtype, enabled=amp is not None)
+
+    def f_phi() -> None:
+        with autocast():
+            z = repo_block.predict_positions(x)
+        backward(z)
+
+    def rotation(compiled: bool) -> Callable[[], None]:
+        def go() -> None:
+            with autocast():
+                outs = olmo_repo.block.rotate_qk(q, k, positions, inv_freq, compiled=compiled)
+            backward(*outs)
+
+        return go
+
+    def reference() -> None:
+        with autocast():
+            outs = rotate_reference(q, positions, inv_freq), rotate_reference(k, positions, inv_freq)
+        backward(*outs)
+
+    def rope() -> None:
+        with autocast():
+            outs = rope_block.rotary_emb(q, k)
+        backward(*outs)
+
+    pieces = {
+        "f_phi": f_phi,
+        "rotation-eager": rotation(False),
+        "rotation-compiled": rotation(True),
+        "rotation-reference": reference,
+        "rope-rotary": rope,
+    }
+    for fn in pieces.values():
+        fn()
+    samples: dict[str, list[float]] = {n: [] for n in pieces}
+    order = list(pieces)
+    for _ in range(max(20, 4 * size.reps)):
+        random.shuffle(order)
+        for name in order:
+            samples[name].append(timed(pieces[name], device))
+    return samples
+
+
+def median_ci(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """Bootstrap 95% interval of the median."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     size = SIZES[size_name]
     reps = reps or size.reps
@@ -207,11 +289,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     for _ in range(reps):
         random.shuffle(order)
         for name in order:
-            sync(device)
-            start = time.perf_counter()
-            step(name)()
-            sync(device)
-            step_s[name].append(time.perf_counter() - start)
+            step_s[name].append(timed(step(name), device))
         random.shuffle(order)
         for name in order:
             models[name].eval()
@@ -224,10 +302,24 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         with reference_rotation(name == "repo-reference"):
             activations[name] = saved_activation_memory(models[name], ids, amp)
 
+    layer = size.pe_start_layer  # the first RePo layer, and the RoPE model's layer in its place
+    components = component_times(
+        models["repo"].transformer.blocks[layer], models["rope"].transformer.blocks[layer], size, amp, device
+    )
+    piece = {n: statistics.median(v) for n, v in components.items()}
+    repo_layers = size.n_layers - size.pe_start_layer
+    rope_step = statistics.median(step_s["rope"])
+
+    def accounted(rotation: str) -> float:
+        return 1 + repo_layers * (piece["f_phi"] + piece[rotation] - piece["rope-rotary"]) / rope_step
+
+    def within_round(samples: dict[str, list[float]], name: str) -> list[float]:
+        # The ratio within a round: both were measured moments apart, so drift of a shared machine cancels
+        # (the ratio of the overall medians would keep it).
+        return [a / b for a, b in zip(samples[name], samples["rope"])]
+
     def ratio(samples: dict[str, list[float]], name: str) -> float:
-        # Median over rounds of the ratio within a round: both were measured moments apart, so drift of a
-        # shared machine cancels (the ratio of the overall medians would keep it).
-        return statistics.median(a / b for a, b in zip(samples[name], samples["rope"]))
+        return statistics.median(within_round(samples, name))
 
     return {
         "size": size_name,
@@ -241,9 +333,16 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         "decode_s_per_token": decode_s,
         "peak_step_memory_bytes": memory,
         "saved_activation_bytes": activations,
+        "component_s": components,
+        # What `rotate_qk` runs on this device: compiled on CUDA, eager on CPU.
+        "accounted_step_ratio": {
+            "repo": accounted("rotation-compiled" if device == "cuda" else "rotation-eager"),
+            "repo-reference": accounted("rotation-reference"),
+        },
         "ratios_vs_rope": {
             n: {
                 "step": ratio(step_s, n),
+                "step_ci95": median_ci(within_round(step_s, n)),
                 "memory": memory[n] / memory["rope"],
                 "activations": activations[n] / activations["rope"],
                 "decode": ratio(decode_s, n),
@@ -303,11 +402,20 @@ def report(result: dict) -> str:
             f"{result['saved_activation_bytes'][name] / 2**20:>16.1f} MiB"
             f"{spread(result['decode_s_per_token'][name]):>30}"
         )
+    rope_step = statistics.median(result["step_s"]["rope"])
+    lines.append(
+        "pieces a RePo layer adds or replaces, forward+backward, timed alone (median, share of RoPE step):"
+    )
+    for name, values in result["component_s"].items():
+        lines.append(f"  {name:<20}{spread(values):>28}{statistics.median(values) / rope_step * 100:>8.2f}%")
     for name, r in result["ratios_vs_rope"].items():
         if name != "rope":
+            low, high = r["step_ci95"]
+            accounted = result["accounted_step_ratio"].get(name)
             lines.append(
-                f"{name}/rope: step={r['step']:.3f} memory={r['memory']:.3f} "
-                f"activations={r['activations']:.3f} decode={r['decode']:.3f}"
+                f"{name}/rope: step={r['step']:.3f} (95% CI {low:.3f}-{high:.3f}"
+                + (f", accounted {accounted:.3f}" if accounted else "")
+                + f") memory={r['memory']:.3f} activations={r['activations']:.3f} decode={r['decode']:.3f}"
             )
     r = result["ratios_vs_rope"]["repo"]
     lines.append(f"RePo/RoPE step={r['step']:.3f} memory={r['memory']:.3f} decode={r['decode']:.3f}")

@@ -26,11 +26,17 @@ rotated output (which attention keeps anyway) for backward, instead of per-head 
     out = (x1 cos - x2 sin, x2 cos + x1 sin)
     dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
     dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)
+
+On CUDA the rotation's forward and backward run through torch.compile, which fuses its ~10 elementwise passes over q
+and k per direction (6.6x faster forward+backward on CPU at [1, 16, 512, 128]); on CPU it runs eagerly,
+where the rotation is ~0.2% of a step and would not repay compilation (5-20 s per process and shape).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -108,18 +114,80 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
     return angles.cos(), angles.sin()
 
 
+def _rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
+    with torch.autocast(positions.device.type, enabled=False):
+        dtype = _compute_dtype(xs[0], positions)
+        cos, sin = _cos_sin(positions, inv_freq, dtype)
+        outs = []
+        for x in xs:
+            x1, x2 = x.to(dtype).chunk(2, dim=-1)
+            outs.append(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype))
+    return outs
+
+
+def _rotate_backward(
+    positions: Tensor,
+    inv_freq: Tensor,
+    grads: list[Tensor | None],
+    outs: list[Tensor],
+    need_x: list[bool],
+    need_pos: bool,
+) -> tuple[Tensor | None, list[Tensor | None]]:
+    grad_pos, grad_xs = None, []
+    with torch.autocast(positions.device.type, enabled=False):
+        dtype = _compute_dtype(outs[0], positions)
+        cos, sin = _cos_sin(positions, inv_freq, dtype)
+        for grad, out, needed in zip(grads, outs, need_x):
+            if grad is None:
+                grad_xs.append(None)
+                continue
+            g1, g2 = grad.to(dtype).chunk(2, dim=-1)
+            grad_xs.append(
+                torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
+                if needed
+                else None
+            )
+            if need_pos:
+                o1, o2 = out.to(dtype).chunk(2, dim=-1)
+                term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1)  # [B, H, T]
+                grad_pos = term if grad_pos is None else grad_pos + term
+    return (None if grad_pos is None else grad_pos.to(positions.dtype)), grad_xs
+
+
+class _CompileOrFallBack:
+    """`torch.compile(fn)`, built on first use; if compiling fails, `fn` itself from then on, with a warning."""
+
+    def __init__(self, fn: Callable):
+        self.fn, self.compiled, self.failed = fn, None, False
+
+    def __call__(self, *args):
+        if self.failed:
+            return self.fn(*args)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.fn, dynamic=True)
+        try:
+            return self.compiled(*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # no compiler or Triton, an unsupported torch: the eager path is exact too
+            self.failed = True
+            warnings.warn(
+                f"torch.compile of {self.fn.__name__} failed, running it eagerly: {e!r}", stacklevel=2
+            )
+            return self.fn(*args)
+
+
+_EAGER = (_rotate_forward, _rotate_backward)
+_COMPILED = (_CompileOrFallBack(_rotate_forward), _CompileOrFallBack(_rotate_backward))
+
+
 class _Rotate(torch.autograd.Function):
     """Rotate several tensors (a layer's q and k) by the same positions: cos/sin are computed once."""
 
     @staticmethod
-    def forward(ctx, positions: Tensor, inv_freq: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
-        with torch.autocast(positions.device.type, enabled=False):
-            dtype = _compute_dtype(xs[0], positions)
-            cos, sin = _cos_sin(positions, inv_freq, dtype)
-            outs = []
-            for x in xs:
-                x1, x2 = x.to(dtype).chunk(2, dim=-1)
-                outs.append(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype))
+    def forward(ctx, positions: Tensor, inv_freq: Tensor, compiled: bool, *xs: Tensor) -> tuple[Tensor, ...]:
+        forward, ctx.backward_fn = _COMPILED if compiled else _EAGER
+        outs = forward(positions, inv_freq, list(xs))
         ctx.save_for_backward(positions, inv_freq, *outs)
         return tuple(outs)
 
@@ -127,35 +195,24 @@ class _Rotate(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
         positions, inv_freq, *outs = ctx.saved_tensors
-        grad_pos, grad_xs = None, []
-        with torch.autocast(positions.device.type, enabled=False):
-            dtype = _compute_dtype(outs[0], positions)
-            cos, sin = _cos_sin(positions, inv_freq, dtype)
-            for grad, out, needed in zip(grads, outs, ctx.needs_input_grad[2:]):
-                if grad is None:
-                    grad_xs.append(None)
-                    continue
-                g1, g2 = grad.to(dtype).chunk(2, dim=-1)
-                grad_xs.append(
-                    torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
-                    if needed
-                    else None
-                )
-                if ctx.needs_input_grad[0]:
-                    o1, o2 = out.to(dtype).chunk(2, dim=-1)
-                    term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1)  # [B, H, T]
-                    grad_pos = term if grad_pos is None else grad_pos + term
-        return (None if grad_pos is None else grad_pos.to(positions.dtype), None, *grad_xs)
+        need_pos, _, _, *need_x = ctx.needs_input_grad
+        grad_pos, grad_xs = ctx.backward_fn(positions, inv_freq, list(grads), outs, need_x, need_pos)
+        return (grad_pos, None, None, *grad_xs)
 
 
-def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32). Returns x's shape and dtype."""
-    return _Rotate.apply(positions, inv_freq, x)[0]
+def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None) -> Tensor:
+    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32). Returns x's shape and dtype.
+
+    `compiled`: run the rotation through torch.compile; None (the default) does so on CUDA only.
+    """
+    return _Rotate.apply(positions, inv_freq, x.is_cuda if compiled is None else compiled, x)[0]
 
 
-def rotate_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+def rotate_qk(
+    q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None
+) -> tuple[Tensor, Tensor]:
     """`rotate` for a layer's q and k [B, H, T, d] at once, sharing the cos/sin work."""
-    return _Rotate.apply(positions, inv_freq, q, k)
+    return _Rotate.apply(positions, inv_freq, q.is_cuda if compiled is None else compiled, q, k)
 
 
 def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:

@@ -22,14 +22,15 @@ def test_integer_positions_reproduce_olmo_rope():
     torch.testing.assert_close(rotate(k, positions, inv_freq), k_olmo, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_efficient_path_equals_plain_formula_with_gradients(dtype):
+def test_efficient_path_equals_plain_formula_with_gradients(dtype, compiled):
     B, H, T, D = 2, 3, 17, 16
     x = torch.randn(B, H, T, D, dtype=dtype, requires_grad=True)
     z = (torch.randn(B, H, T, dtype=dtype) * 50).requires_grad_()
     inv_freq = inv_frequencies(D, 10_000.0)
     g = torch.randn(B, H, T, D, dtype=dtype)
-    out_fast = rotate(x, z, inv_freq)
+    out_fast = rotate(x, z, inv_freq, compiled=compiled)
     out_ref = rotate_reference(x, z, inv_freq)
     gx_fast, gz_fast = torch.autograd.grad(out_fast, (x, z), g)
     gx_ref, gz_ref = torch.autograd.grad(out_ref, (x, z), g)
@@ -41,11 +42,12 @@ def test_efficient_path_equals_plain_formula_with_gradients(dtype):
     )
 
 
-def test_gradcheck_float64():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gradcheck_float64(compiled):
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64, requires_grad=True)
     z = (torch.randn(1, 2, 5, dtype=torch.float64) * 3).requires_grad_()
     inv_freq = inv_frequencies(8, 100.0).double()
-    assert torch.autograd.gradcheck(lambda a, b: rotate(a, b, inv_freq), (x, z))
+    assert torch.autograd.gradcheck(lambda a, b: rotate(a, b, inv_freq, compiled=compiled), (x, z))
 
 
 @pytest.mark.parametrize("use", ["both", "q only", "k only"])
