@@ -27,9 +27,9 @@ rotated output (which attention keeps anyway) for backward, instead of per-head 
     dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
     dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)
 
-On CUDA the rotation's forward and backward run through torch.compile, which fuses its ~10 elementwise passes over q
-and k per direction (6.6x faster forward+backward on CPU at [1, 16, 512, 128]); on CPU it runs eagerly,
-where the rotation is ~0.2% of a step and would not repay compilation (5-20 s per process and shape).
+On CUDA the rotation's forward and backward math run through torch.compile, which fuses its ~10 elementwise
+passes over q and k per direction (2.3-6.6x faster forward+backward on CPU, bench/RESULTS.md); on CPU they
+run eagerly: there the rotation is ~0.2% of a step and would not repay compiling (5-20 s per process).
 """
 
 from __future__ import annotations
