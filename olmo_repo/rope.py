@@ -67,11 +67,15 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
     return z.transpose(1, 2)
 
 
+# torch.mm(..., out_dtype) is recent; converted checkpoints may meet an older torch (then: fp32 copies).
+_MM_HAS_OUT_DTYPE = "out_dtype" in (torch.mm.__doc__ or "")
+
+
 class _LinearFp32Out(torch.autograd.Function):
     """x [..., k] @ w [n, k]^T for bf16/fp16 x and w, accumulated in fp32 and returned fp32 [..., n].
 
     CUDA runs one low-precision GEMM with an fp32 output (`torch.mm(..., out_dtype=torch.float32)`); CPU has
-    no such kernel, so it multiplies fp32 copies, which gives the same numbers. The backward takes the
+    no such kernel (nor has torch before it), so it multiplies fp32 copies, which gives the same numbers. The backward takes the
     incoming gradient at the compute precision, as autocast's matmuls do, and returns x's and w's dtypes.
     """
 
@@ -79,7 +83,7 @@ class _LinearFp32Out(torch.autograd.Function):
     def forward(ctx, x: Tensor, w: Tensor) -> Tensor:
         ctx.save_for_backward(x, w)
         x2 = x.reshape(-1, x.shape[-1])  # [N, k]
-        if x.is_cuda:
+        if x.is_cuda and _MM_HAS_OUT_DTYPE:
             out = torch.mm(x2, w.t(), out_dtype=torch.float32)
         else:
             out = torch.mm(x2.float(), w.t().float())
