@@ -51,9 +51,8 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
     The compute precision of the two input projections is autocast's dtype if autocast is on, else x's.
     """
     device = x.device.type
-    low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-    if x.dtype == torch.float64:
-        low = x.dtype
+    autocast = torch.is_autocast_enabled(device) and x.dtype != torch.float64
+    low = torch.get_autocast_dtype(device) if autocast else x.dtype
     dtype = torch.promote_types(low, torch.float32)
     with torch.autocast(device, enabled=False):
         if low in (torch.bfloat16, torch.float16):
@@ -74,9 +73,10 @@ _MM_HAS_OUT_DTYPE = "out_dtype" in (torch.mm.__doc__ or "")
 class _LinearFp32Out(torch.autograd.Function):
     """x [..., k] @ w [n, k]^T for bf16/fp16 x and w, accumulated in fp32 and returned fp32 [..., n].
 
-    CUDA runs one low-precision GEMM with an fp32 output (`torch.mm(..., out_dtype=torch.float32)`); CPU has
-    no such kernel (nor has torch before it), so it multiplies fp32 copies, which gives the same numbers. The backward takes the
-    incoming gradient at the compute precision, as autocast's matmuls do, and returns x's and w's dtypes.
+    CUDA runs one low-precision GEMM with an fp32 output (`torch.mm(..., out_dtype=torch.float32)`); CPU (and
+    an older torch) has no such kernel, so it multiplies fp32 copies, which gives the same numbers. The
+    backward takes the incoming gradient at the compute precision, as autocast's matmuls do, and returns x's
+    and w's dtypes.
     """
 
     @staticmethod
