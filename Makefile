@@ -5,7 +5,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint demo bench clean
+# System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
+SYSTEM_DEPS :=
+
+.PHONY: install system-deps test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -16,7 +19,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,eval]'
 	touch $@
 
-test: install
+system-deps:
+	@bash tests/system-deps.sh $(SYSTEM_DEPS)
+
+test: install system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
