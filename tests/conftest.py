@@ -8,9 +8,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from olmo.model import OLMo
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 import olmo_repo  # noqa: F401  (installs the block factory)
-from olmo_repo import RepoModelConfig
+from olmo_repo import PositionMode, RepoModelConfig, RepoSequentialBlock, RepoTrainConfig, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -52,3 +54,46 @@ def tiny_config(**overrides) -> RepoModelConfig:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# The byte-level tokenizer of `tokenizer_file` and the tiny checkpoints of `make_checkpoint`.
+VOCAB, EMBEDDING, EOS, PAD = 258, 384, 256, 257
+
+
+@pytest.fixture(scope="session")
+def tokenizer_file(tmp_path_factory) -> Path:
+    """A lossless byte-level tokenizer: 256 byte tokens, then <eos> (256) and <pad> (257)."""
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({"<eos>": EOS, "<pad>": PAD})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<eos>", "<pad>"])
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def spread_positions(model: torch.nn.Module, std: float = 0.5) -> None:
+    """At OLMo's init f_phi predicts positions ~1e-4; widen them so that rotations matter in the tests."""
+    for block in model.modules():
+        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
+            for linear in (block.gate_map, block.content_map, block.final_map):
+                torch.nn.init.normal_(linear.weight, std=std)
+
+
+def make_checkpoint(path: Path, tokenizer: Path, **overrides) -> tuple[Path, OLMo]:
+    """Save a tiny OLMo model (`tiny_config(**overrides)`, byte-level vocabulary) as an unsharded
+    checkpoint dir (config.yaml, model.pt); return (dir, model in eval mode)."""
+    config = RepoTrainConfig(
+        model=tiny_config(
+            vocab_size=VOCAB, embedding_size=EMBEDDING, eos_token_id=EOS, pad_token_id=PAD, **overrides
+        )
+    )
+    config.tokenizer.identifier = str(tokenizer)
+    model = build_model(config.model)
+    spread_positions(model)
+    path.mkdir(parents=True)
+    config.save(path / "config.yaml")
+    torch.save(model.state_dict(), path / "model.pt")
+    return path, model.eval()

@@ -17,14 +17,11 @@ import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from olmo_repo import (
-    PositionMode,
-    RepoSequentialBlock,
-    RepoTrainConfig,
     build_model,
     layer_modes,
     predict_positions,
@@ -34,6 +31,7 @@ from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
 from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
 from olmo_repo.hf.convert import (
     _staged_dir,
+    as_hf_dir,
     convert_from_hf,
     convert_to_hf,
     hf_config_from_olmo,
@@ -41,9 +39,8 @@ from olmo_repo.hf.convert import (
 )
 from olmo_repo.hf.modeling_repo_olmo2 import RepoOlmo2Attention
 
-from .conftest import ROOT, tiny_config
+from .conftest import EMBEDDING, EOS, PAD, ROOT, VOCAB, make_checkpoint, tiny_config
 
-VOCAB, EMBEDDING, EOS, PAD = 258, 384, 256, 257
 MODES = {
     "repo": dict(pe_mode="repo", pe_start_layer=1),
     "rope": dict(),
@@ -54,44 +51,6 @@ MODES = {
         pe_mode="nope", pe_layer_ids=[1, 3], n_kv_heads=2
     ),  # NoPE allows grouped-query attention
 }
-
-
-@pytest.fixture(scope="session")
-def tokenizer_file(tmp_path_factory) -> Path:
-    """A lossless byte-level tokenizer: 256 byte tokens, then <eos> (256) and <pad> (257)."""
-    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab.update({"<eos>": EOS, "<pad>": PAD})
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<eos>", "<pad>"])
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
-
-def _spread_positions(model) -> None:
-    """At init f_phi predicts positions ~1e-4; widen them so that rotations matter."""
-    for block in model.modules():
-        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
-            for linear in (block.gate_map, block.content_map, block.final_map):
-                torch.nn.init.normal_(linear.weight, std=0.5)
-
-
-def make_checkpoint(path: Path, tokenizer: Path, **overrides):
-    """Save a tiny OLMo model as an unsharded checkpoint dir; return (dir, model in eval mode)."""
-    config = RepoTrainConfig(
-        model=tiny_config(
-            vocab_size=VOCAB, embedding_size=EMBEDDING, eos_token_id=EOS, pad_token_id=PAD, **overrides
-        )
-    )
-    config.tokenizer.identifier = str(tokenizer)
-    model = build_model(config.model)
-    _spread_positions(model)
-    path.mkdir(parents=True)
-    config.save(path / "config.yaml")
-    torch.save(model.state_dict(), path / "model.pt")
-    return path, model.eval()
 
 
 def _ids(T: int = 24, B: int = 2) -> torch.Tensor:
@@ -611,3 +570,20 @@ def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):
         z.dtype == torch.float32 for z in out.positions.values()
     )
     assert (out.logits.float() - reference.logits).abs().max() < 0.1
+
+
+def test_as_hf_dir_takes_hf_dirs_as_they_are_and_converts_olmo_checkpoints(tmp_path, tokenizer_file):
+    ckpt, model = make_checkpoint(tmp_path / "olmo", tokenizer_file, **MODES["repo"])
+    with as_hf_dir(ckpt) as converted:
+        assert converted.parent != ckpt.parent and (converted / "config.json").is_file()
+        hf = AutoModelForCausalLM.from_pretrained(converted).eval()
+        ids = _ids()
+        with torch.no_grad():
+            torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
+        with as_hf_dir(converted) as same:
+            assert same == converted
+    assert not converted.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo"]
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        with as_hf_dir(tmp_path):
+            pass

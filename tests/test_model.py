@@ -26,21 +26,13 @@ from olmo_repo.rope import (
     rotate_reference,
 )
 
-from .conftest import tiny_config
+from .conftest import spread_positions, tiny_config
 
 B, T = 2, 24
 
 
 def _ids(T: int = T) -> torch.Tensor:
     return torch.randint(0, 100, (B, T))
-
-
-def _spread_positions(model: OLMo, std: float = 0.5) -> None:
-    """At OLMo's init f_phi predicts positions ~1e-4; widen them so that rotations matter in the tests."""
-    for block in model.modules():
-        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
-            for linear in (block.gate_map, block.content_map, block.final_map):
-                torch.nn.init.normal_(linear.weight, std=std)
 
 
 def _copy_base(dst: OLMo, src: OLMo) -> None:
@@ -93,7 +85,7 @@ def test_repo_with_integer_positions_equals_rope(monkeypatch):
 
 def test_shifting_positions_leaves_output_unchanged(monkeypatch):
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=0))
-    _spread_positions(model)
+    spread_positions(model)
     ids = _ids()
     reference = model(ids).logits
     predict = RepoSequentialBlock.predict_positions
@@ -151,7 +143,7 @@ def _grads(model: OLMo, ids: torch.Tensor) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
 def test_gradients_reach_f_phi_under_activation_checkpointing(strategy):
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
-    _spread_positions(model)
+    spread_positions(model)
     ids = _ids()
     plain = _grads(model, ids)
     model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
@@ -169,7 +161,7 @@ def test_positions_are_trained_end_to_end(monkeypatch):
     """f_phi's gradient flows through cos/sin: it matches finite differences of the loss, and autograd
     through the plain formula (materialised cos/sin) gives the same gradients as the efficient path."""
     model = build_model(tiny_config(pe_mode="repo", n_layers=2)).double()
-    _spread_positions(model)
+    spread_positions(model)
     ids = _ids(8)
     w = model.transformer.blocks[1].final_map.weight
 
@@ -209,7 +201,7 @@ def test_efficient_rotation_equals_plain_formula_in_the_model(monkeypatch, strat
             "olmo_repo.block.rotate_qk", lambda q, k, z, f: rotate_qk(q, k, z, f, compiled=True)
         )
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
-    _spread_positions(model)
+    spread_positions(model)
     model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
     ids = _ids()
     fast_logits, fast = model(ids).logits, _grads(model, ids)
@@ -298,7 +290,7 @@ def test_f_phi_uses_olmo_truncated_normal_init():
 @pytest.mark.parametrize("block_group_size", [1, 2])
 def test_kv_cache_incremental_decode_equals_full_forward(overrides, block_group_size):
     model = build_model(tiny_config(block_group_size=block_group_size, **overrides)).eval()
-    _spread_positions(model)
+    spread_positions(model)
     ids = _ids(20)
     full = model(ids).logits
     with torch.no_grad():
@@ -313,7 +305,7 @@ def test_kv_cache_incremental_decode_equals_full_forward(overrides, block_group_
 
 def test_predict_positions_returns_the_per_head_positions_of_every_repo_layer():
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=2))
-    _spread_positions(model)
+    spread_positions(model)
     ids = _ids()
     positions = predict_positions(model, ids)
     assert sorted(positions) == [2, 3]
