@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo.eval.positions import (
+    batch_positions,
     pattern_counts,
     pattern_table,
     patterns_by_layer,
@@ -132,6 +133,7 @@ def test_spans_by_length_equal_separate_forwards(repo_hf):
             tol = 64 * torch.finfo(torch.float32).eps * z.abs().max().item()
             torch.testing.assert_close(by_layer[layer], expected, rtol=0, atol=tol)
     assert spans_by_length(model, tokenizer, TEXT, [8])[8][2].shape == (4,)  # one text as a string
+    assert batch_positions(model, tokenizer, [TEXT, OTHER], 16)[3].shape == (2, 4, 16)
     with pytest.raises(ValueError, match="need 500 tokens"):
         spans_by_length(model, tokenizer, [TEXT], [500])
 

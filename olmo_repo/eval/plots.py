@@ -100,7 +100,9 @@ def plot_span_heatmap(spans: Mapping[int, Tensor], path: PathLike, *, title: str
         for i in range(L):
             for h in range(H):
                 color = "black" if grid[i, h] > middle else "white"
-                ax.text(h, i, f"{grid[i, h]:.3g}", ha="center", va="center", fontsize=7, color=color)
+                value = grid[i, h].item()
+                text = f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+                ax.text(h, i, text, ha="center", va="center", fontsize=7, color=color)
     ax.set_title(title or "span of the learned positions per layer and head")
     return _save(fig, path)
 

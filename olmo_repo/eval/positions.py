@@ -16,7 +16,7 @@ positions use (the paper: it grows with the context but stays far below it; RoPE
 `spans_by_length` measures it at several context lengths in one forward pass: the model is causal, so the
 positions of the first T tokens of a longer input are those of the T-token input.
 
-`text_positions` and `spans_by_length` run an HF `repo_olmo2` model (`output_positions=True`); the rest is
+`text_positions`, `batch_positions` and `spans_by_length` run an HF `repo_olmo2` model (`output_positions=True`); the rest is
 plain tensor arithmetic on {layer: positions [B, H, T]}.
 """
 
@@ -32,6 +32,7 @@ from .tables import markdown_table
 
 __all__ = [
     "PATTERNS",
+    "batch_positions",
     "pattern_counts",
     "pattern_table",
     "patterns_by_layer",
@@ -107,17 +108,22 @@ def pattern_table(patterns: Mapping[int | str, Mapping[str, float]]) -> str:
     return markdown_table(["layer", *PATTERNS], rows)
 
 
-def _tokenize(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], n_tokens: int | None) -> Tensor:
-    """Token ids [B, T] of `texts`, each cut to its first `n_tokens` tokens (default: the shortest text's)."""
-    ids = [tokenizer(text)["input_ids"] for text in texts]
-    shortest = min(len(i) for i in ids)
-    n = shortest if n_tokens is None else n_tokens
-    if n < 1 or shortest < n:
-        raise ValueError(f"need {n} tokens from every text; the shortest has {shortest}")
-    return torch.tensor([i[:n] for i in ids])
-
-
 @torch.no_grad()
+def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
+    """{layer: positions [B, H, T] on the CPU} of the model's RePo layers."""
+    if not hasattr(model.config, "layer_modes") or "repo" not in model.config.layer_modes():
+        raise ValueError(
+            f"{type(model).__name__} has no RePo layer: there are no learned positions to analyse"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(ids.to(model.device), output_positions=True, use_cache=False)
+    finally:
+        model.train(was_training)
+    return {layer: z.float().cpu() for layer, z in sorted(out.positions.items())}
+
+
 def text_positions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, max_tokens: int | None = None
 ) -> tuple[dict[int, Tensor], list[str]]:
@@ -135,22 +141,17 @@ def text_positions(
     return {layer: z[0] for layer, z in positions.items()}, labels
 
 
-def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
-    """{layer: positions [B, H, T] on the CPU} of the model's RePo layers."""
-    if not hasattr(model.config, "layer_modes") or "repo" not in model.config.layer_modes():
-        raise ValueError(
-            f"{type(model).__name__} has no RePo layer: there are no learned positions to analyse"
-        )
-    was_training = model.training
-    model.eval()
-    try:
-        out = model(ids.to(model.device), output_positions=True, use_cache=False)
-    finally:
-        model.train(was_training)
-    return {layer: z.float().cpu() for layer, z in sorted(out.positions.items())}
+def batch_positions(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], n_tokens: int
+) -> dict[int, Tensor]:
+    """Positions of the first `n_tokens` tokens of every text (each must have that many): {layer: [B, H, T]}."""
+    ids = [tokenizer(text)["input_ids"] for text in texts]
+    shortest = min(len(i) for i in ids)
+    if n_tokens < 1 or shortest < n_tokens:
+        raise ValueError(f"need {n_tokens} tokens from every text; the shortest has {shortest}")
+    return _predict(model, torch.tensor([i[:n_tokens] for i in ids]))
 
 
-@torch.no_grad()
 def spans_by_length(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -167,7 +168,7 @@ def spans_by_length(
         raise ValueError(
             f"need at least one text and lengths >= 1; got {len(texts)} texts, lengths {lengths}"
         )
-    positions = _predict(model, _tokenize(tokenizer, texts, max(lengths)))  # {layer: [B, H, T]}
+    positions = batch_positions(model, tokenizer, texts, max(lengths))  # {layer: [B, H, T]}
     return {
         n: {layer: position_spans(z[..., :n]).mean(0) for layer, z in positions.items()}
         for n in sorted(lengths)
