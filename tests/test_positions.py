@@ -1,4 +1,5 @@
-"""Chunk patterns and spans of learned positions, on sequences whose answer is known by construction."""
+"""Chunk patterns and spans of learned positions, on sequences whose answer is known by construction; spans at
+several context lengths and position labels on a tiny RePo HF model."""
 
 from __future__ import annotations
 
@@ -6,8 +7,23 @@ import math
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from olmo_repo.eval.positions import pattern_counts, patterns_by_layer, position_patterns, position_spans
+import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
+from olmo_repo.eval.positions import (
+    batch_positions,
+    pattern_counts,
+    pattern_table,
+    patterns_by_layer,
+    position_patterns,
+    position_spans,
+    span_table,
+    spans_by_length,
+    text_positions,
+)
+from olmo_repo.hf.convert import convert_to_hf
+
+from .conftest import make_checkpoint
 
 
 def _seq(*chunks: list[float]) -> torch.Tensor:
@@ -82,3 +98,82 @@ def test_per_layer_and_pooled():
 def test_spans():
     z = torch.tensor([[[0.0, 4.0, -1.5], [2.0, 2.0, 2.0]]])  # [B=1, H=2, T=3]
     assert position_spans(z).tolist() == [[5.5, 0.0]]
+
+
+# --------------------------------------------------------------------------------- on a model, tables
+
+TEXT = (
+    "The code of amber is 512. The code of falcon is 907. Question: what is the code of amber? Answer: 512."
+)
+OTHER = "Count: 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75, 79, 83, 87, 91."
+
+
+@pytest.fixture(scope="module")
+def repo_hf(tmp_path_factory, tokenizer_file):
+    """A tiny RePo HF model (layers 1..3) and its byte-level tokenizer (one token per ASCII character)."""
+    root = tmp_path_factory.mktemp("repo")
+    ckpt, _ = make_checkpoint(
+        root / "olmo", tokenizer_file, max_sequence_length=128, pe_mode="repo", pe_start_layer=1
+    )
+    hf_dir = convert_to_hf(ckpt, root / "hf")
+    return AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
+
+
+def test_spans_by_length_equal_separate_forwards(repo_hf):
+    model, tokenizer = repo_hf
+    spans = spans_by_length(model, tokenizer, [TEXT, OTHER], [64, 8, 32])
+    assert list(spans) == [8, 32, 64] and all(sorted(s) == [1, 2, 3] for s in spans.values())
+    ids = torch.tensor([tokenizer(t)["input_ids"][:64] for t in (TEXT, OTHER)])
+    for n, by_layer in spans.items():
+        with torch.no_grad():
+            positions = model(ids[:, :n], output_positions=True).positions  # a fresh forward of n tokens
+        for layer, z in positions.items():
+            expected = position_spans(z).mean(0)  # [H], mean over the two texts
+            assert by_layer[layer].shape == (4,) and expected.max() > 1  # positions spread (spread_positions)
+            tol = 64 * torch.finfo(torch.float32).eps * z.abs().max().item()
+            torch.testing.assert_close(by_layer[layer], expected, rtol=0, atol=tol)
+    assert spans_by_length(model, tokenizer, TEXT, [8])[8][2].shape == (4,)  # one text as a string
+    assert batch_positions(model, tokenizer, [TEXT, OTHER], 16)[3].shape == (2, 4, 16)
+    with pytest.raises(ValueError, match="need 500 tokens"):
+        spans_by_length(model, tokenizer, [TEXT], [500])
+
+
+def test_text_positions_and_labels(repo_hf):
+    model, tokenizer = repo_hf
+    positions, labels = text_positions(model, tokenizer, TEXT, max_tokens=40)
+    assert "".join(labels) == TEXT[:40] and sorted(positions) == [1, 2, 3]
+    with torch.no_grad():
+        full = model(torch.tensor([tokenizer(TEXT)["input_ids"][:40]]), output_positions=True).positions
+    for layer, z in positions.items():
+        assert z.shape == (4, 40)
+        torch.testing.assert_close(z, full[layer][0], rtol=0, atol=0)
+    assert len(text_positions(model, tokenizer, TEXT)[1]) == len(TEXT)
+
+
+def test_models_without_repo_layers_are_refused(tmp_path, tokenizer_file):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="nope")
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
+    with pytest.raises(ValueError, match="no RePo layer"):
+        spans_by_length(model, tokenizer, TEXT, [8])
+
+
+def test_tables():
+    spans = {
+        8: {1: torch.tensor([1.0, 3.0]), 2: torch.tensor([2.0, 6.0])},
+        16: {1: torch.tensor([0.5, 1.5]), 2: torch.tensor([4.0, 9.0])},
+    }
+    assert span_table(spans).splitlines()[2:] == [
+        "| 8 | 7 | 3.00 | 6.00 | 0.857 |",
+        "| 16 | 15 | 3.75 | 9.00 | 0.600 |",
+    ]
+    patterns = {
+        3: {"constant": 0.25, "monotonic": 0.0, "hybrid": 0.75},
+        "all": {"constant": 0.5, "monotonic": 0.125, "hybrid": 0.375},
+    }
+    assert pattern_table(patterns).splitlines() == [
+        "| layer | constant | monotonic | hybrid |",
+        "| --- | ---: | ---: | ---: |",
+        "| 3 | 25.0% | 0.0% | 75.0% |",
+        "| all | 50.0% | 12.5% | 37.5% |",
+    ]

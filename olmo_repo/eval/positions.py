@@ -12,17 +12,36 @@ floor(T / chunk) chunks: the remainder of fewer than `chunk` tokens is left out,
 the same length. A sequence shorter than `chunk` is one chunk of all its tokens; a single token is constant.
 
 The span of a head is max - min of its positions over the tokens: how much of the context's length the
-positions use (the paper: it grows with the context but stays far below it).
+positions use (the paper: it grows with the context but stays far below it; RoPE's span is T - 1).
+`spans_by_length` measures it at several context lengths in one forward pass: the model is causal, so the
+positions of the first T tokens of a longer input are those of the T-token input.
+
+`text_positions`, `batch_positions` and `spans_by_length` run an HF `repo_olmo2` model (`output_positions=True`); the rest is
+plain tensor arithmetic on {layer: positions [B, H, T]}.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["PATTERNS", "pattern_counts", "patterns_by_layer", "position_patterns", "position_spans"]
+from .tables import markdown_table
+
+__all__ = [
+    "PATTERNS",
+    "batch_positions",
+    "pattern_counts",
+    "pattern_table",
+    "patterns_by_layer",
+    "position_patterns",
+    "position_spans",
+    "span_table",
+    "spans_by_length",
+    "text_positions",
+]
 
 PATTERNS = ("constant", "monotonic", "hybrid")
 
@@ -81,3 +100,89 @@ def position_spans(positions: Tensor) -> Tensor:
     """max - min over the tokens of positions [..., T]: [...] (e.g. [B, H]), float64."""
     z = _check(positions)
     return z.amax(-1) - z.amin(-1)
+
+
+def pattern_table(patterns: Mapping[int | str, Mapping[str, float]]) -> str:
+    """`patterns_by_layer`'s result as a Markdown table of percentages (one row per layer, then "all")."""
+    rows = [[layer, *(f"{100 * shares[p]:.1f}%" for p in PATTERNS)] for layer, shares in patterns.items()]
+    return markdown_table(["layer", *PATTERNS], rows)
+
+
+@torch.no_grad()
+def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
+    """{layer: positions [B, H, T] on the CPU} of the model's RePo layers."""
+    if not hasattr(model.config, "layer_modes") or "repo" not in model.config.layer_modes():
+        raise ValueError(
+            f"{type(model).__name__} has no RePo layer: there are no learned positions to analyse"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(ids.to(model.device), output_positions=True, use_cache=False)
+    finally:
+        model.train(was_training)
+    return {layer: z.float().cpu() for layer, z in sorted(out.positions.items())}
+
+
+def text_positions(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, max_tokens: int | None = None
+) -> tuple[dict[int, Tensor], list[str]]:
+    """Positions the RePo layers of an HF `repo_olmo2` model predict for `text` (its first `max_tokens`
+    tokens): ({layer: [H, T] float32}, the text of every token, for labels)."""
+    enc = tokenizer(text, return_offsets_mapping=True)
+    ids = enc["input_ids"][:max_tokens]
+    if not ids:
+        raise ValueError("the text has no token")
+    positions = _predict(model, torch.tensor([ids]))
+    labels = [
+        text[a:b] if b > a else tokenizer.convert_ids_to_tokens(i)
+        for i, (a, b) in zip(ids, enc["offset_mapping"])
+    ]
+    return {layer: z[0] for layer, z in positions.items()}, labels
+
+
+def batch_positions(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], n_tokens: int
+) -> dict[int, Tensor]:
+    """Positions of the first `n_tokens` tokens of every text (each must have that many): {layer: [B, H, T]}."""
+    ids = [tokenizer(text)["input_ids"] for text in texts]
+    shortest = min(len(i) for i in ids)
+    if n_tokens < 1 or shortest < n_tokens:
+        raise ValueError(f"need {n_tokens} tokens from every text; the shortest has {shortest}")
+    return _predict(model, torch.tensor([i[:n_tokens] for i in ids]))
+
+
+def spans_by_length(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: str | Sequence[str],
+    lengths: Sequence[int],
+) -> dict[int, dict[int, Tensor]]:
+    """Span of the positions per RePo layer and head at several context lengths: {length: {layer: [H]}}.
+
+    Each text must have at least max(lengths) tokens; the span at length T is that of its first T tokens
+    (one forward pass of max(lengths) tokens: the model is causal), averaged over the texts.
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or not lengths or min(lengths) < 1:
+        raise ValueError(
+            f"need at least one text and lengths >= 1; got {len(texts)} texts, lengths {lengths}"
+        )
+    positions = batch_positions(model, tokenizer, texts, max(lengths))  # {layer: [B, H, T]}
+    return {
+        n: {layer: position_spans(z[..., :n]).mean(0) for layer, z in positions.items()}
+        for n in sorted(lengths)
+    }
+
+
+def span_table(spans: Mapping[int, Mapping[int, Tensor]]) -> str:
+    """`spans_by_length`'s result as a Markdown table: per length, RoPE's span (T - 1) against the mean and
+    largest span over the RePo layers and heads."""
+    rows = []
+    for n, by_layer in spans.items():
+        all_heads = torch.cat([s.flatten() for s in by_layer.values()])
+        largest = all_heads.max().item()
+        rows.append(
+            [n, n - 1, f"{all_heads.mean().item():.2f}", f"{largest:.2f}", f"{largest / max(n - 1, 1):.3f}"]
+        )
+    return markdown_table(["length T", "RoPE span (T - 1)", "mean span", "max span", "max / (T - 1)"], rows)

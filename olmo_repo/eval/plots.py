@@ -1,0 +1,211 @@
+"""Plots of the analyses, as PNG files (matplotlib's object API on the Agg canvas: no display, no pyplot state).
+
+- `plot_positions`: the positions one RePo head predicts against the token index, with token labels
+- `plot_span_heatmap`: span of the positions per layer x head
+- `plot_spans_by_length`: spans against the context length, beside RoPE's (T - 1)
+- `plot_pattern_shares`: constant / monotonic / hybrid shares per layer
+- `plot_attention_mass`: attention mass on needle / query / other tokens per layer, per model
+- `plot_niah_accuracy`: NIAH score against context length, per model
+
+Each takes the result of the matching analysis function and a path, writes the PNG (creating its folder) and
+returns the path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from .attention import GROUPS, AttentionMass
+from .positions import PATTERNS
+
+__all__ = [
+    "plot_attention_mass",
+    "plot_niah_accuracy",
+    "plot_pattern_shares",
+    "plot_positions",
+    "plot_span_heatmap",
+    "plot_spans_by_length",
+]
+
+PathLike = str | Path
+_MAX_LABELS = 96  # token labels on one axis before they are thinned out
+
+
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
+
+
+def _save(fig: Figure, path: PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, format="png")
+    return path
+
+
+def _label(token: str) -> str:
+    """A token as a tick label: visible whitespace, no mathtext ($)."""
+    token = token.replace("$", r"\$").replace("\n", "\\n").replace("\t", "\\t")
+    return token if token.strip() else token.replace(" ", "\u2423") or "''"
+
+
+def plot_positions(positions: Tensor, tokens: Sequence[str], path: PathLike, *, title: str = "") -> Path:
+    """Positions [T] of one head against the token index, each point labelled with its token (every k-th
+    token when there are more than 96)."""
+    z = positions.detach().double().cpu()
+    if z.ndim != 1 or z.numel() != len(tokens) or z.numel() == 0:
+        raise ValueError(
+            f"positions must be [T] with one token per position; got {tuple(z.shape)}, {len(tokens)}"
+        )
+    T = z.numel()
+    step = -(-T // _MAX_LABELS)  # ceil
+    fig, (ax,) = _figure(min(max(8.0, 0.16 * min(T, _MAX_LABELS) + 2), 24.0), 5.0)
+    ax.plot(range(T), z.tolist(), marker="o", markersize=3 if T > 200 else 4, linewidth=1)
+    ticks = list(range(0, T, step))
+    ax.set_xticks(ticks, [_label(tokens[i]) for i in ticks], rotation=90, fontsize=8, family="monospace")
+    ax.set_xlim(-0.5, T - 0.5)
+    ax.set_xlabel("token" + (f" (one label every {step} tokens)" if step > 1 else ""))
+    ax.set_ylabel("predicted position")
+    ax.grid(alpha=0.3)
+    ax.set_title(
+        title or f"positions of {T} tokens (span {z.max() - z.min():.2f}; RoPE would use 0..{T - 1})"
+    )
+    return _save(fig, path)
+
+
+def plot_span_heatmap(spans: Mapping[int, Tensor], path: PathLike, *, title: str = "") -> Path:
+    """Spans {layer: [H]} (as `position_spans` / `spans_by_length` give them) as a layer x head heat map."""
+    if not spans:
+        raise ValueError("no spans to plot (the model has no RePo layer?)")
+    layers = sorted(spans)
+    grid = torch.stack([spans[layer].detach().double().cpu().flatten() for layer in layers])  # [L, H]
+    L, H = grid.shape
+    fig, (ax,) = _figure(min(max(5.0, 0.45 * H + 2.5), 20.0), min(max(3.0, 0.4 * L + 1.5), 16.0))
+    image = ax.imshow(grid.numpy(), aspect="auto", cmap="viridis")
+    fig.colorbar(image, ax=ax, label="span (max - min position)")
+    ax.set_xticks(range(H), [str(h) for h in range(H)] if H <= 32 else None)
+    ax.set_yticks(range(L), [str(layer) for layer in layers])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    if L * H <= 256:  # values in the cells while they fit
+        middle = (grid.max() + grid.min()) / 2
+        for i in range(L):
+            for h in range(H):
+                color = "black" if grid[i, h] > middle else "white"
+                value = grid[i, h].item()
+                text = f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+                ax.text(h, i, text, ha="center", va="center", fontsize=7, color=color)
+    ax.set_title(title or "span of the learned positions per layer and head")
+    return _save(fig, path)
+
+
+def plot_spans_by_length(
+    spans: Mapping[int, Mapping[int, Tensor]], path: PathLike, *, title: str = ""
+) -> Path:
+    """`spans_by_length`'s {length: {layer: [H]}}: largest and mean span over heads per layer against the
+    context length, with RoPE's span T - 1 for scale (log axes)."""
+    if not spans:
+        raise ValueError("no spans to plot")
+    lengths = sorted(spans)
+    layers = sorted(next(iter(spans.values())))
+    fig, (ax,) = _figure(8.0, 4.5)
+    ax.plot(lengths, [n - 1 for n in lengths], "k--", label="RoPE (T - 1)")
+    colors = [f"C{i % 10}" for i in range(len(layers))]
+    for layer, color in zip(layers, colors):
+        ax.plot(
+            lengths,
+            [spans[n][layer].max().item() for n in lengths],
+            "o-",
+            color=color,
+            label=f"layer {layer} max",
+        )
+        ax.plot(lengths, [spans[n][layer].mean().item() for n in lengths], "o:", color=color, alpha=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.set_xlabel("context length T (tokens)")
+    ax.set_ylabel("span (max - min position)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(
+        fontsize=8,
+        title="solid: max over heads\ndotted: mean",
+        title_fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1, 1),
+    )
+    ax.set_title(title or "span of the learned positions against the context length")
+    return _save(fig, path)
+
+
+def plot_pattern_shares(
+    patterns: Mapping[int | str, Mapping[str, float]], path: PathLike, *, title: str = ""
+) -> Path:
+    """`patterns_by_layer`'s shares as stacked bars per layer (and "all")."""
+    if not patterns:
+        raise ValueError("no patterns to plot")
+    names = [str(layer) for layer in patterns]
+    fig, (ax,) = _figure(max(5.0, 0.6 * len(names) + 3), 4.0)
+    bottom = [0.0] * len(names)
+    for pattern, color in zip(PATTERNS, ("#4C72B0", "#DD8452", "#8C8C8C")):
+        shares = [100 * patterns[layer][pattern] for layer in patterns]
+        bars = ax.bar(names, shares, bottom=bottom, color=color, label=pattern)
+        ax.bar_label(bars, [f"{s:.0f}" if s >= 4 else "" for s in shares], label_type="center", fontsize=7)
+        bottom = [b + s for b, s in zip(bottom, shares)]
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("% of chunks")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_title(title or "position patterns per chunk of 16 tokens")
+    return _save(fig, path)
+
+
+def plot_attention_mass(results: Mapping[str, AttentionMass], path: PathLike, *, title: str = "") -> Path:
+    """Per-layer attention mass (x1e-2) on needle / query / other tokens, one line per model; RePo layers
+    shaded."""
+    if not results:
+        raise ValueError("no attention masses to plot")
+    fig, axes = _figure(13.0, 3.8, ncols=len(GROUPS))
+    repo = sorted({layer for mass in results.values() for layer in mass.repo_layers})
+    for g, (ax, group) in enumerate(zip(axes, GROUPS)):
+        for layer in repo:
+            ax.axvspan(layer - 0.5, layer + 0.5, color="0.92", zorder=0)
+        for name, mass in results.items():
+            ax.plot((100 * mass.per_layer[:, g]).tolist(), "o-", markersize=4, label=name)
+        ax.set_xticks(range(next(iter(results.values())).per_layer.shape[0]))
+        ax.set_title(group)
+        ax.set_xlabel("layer" + (" (shaded: RePo)" if repo else ""))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean weight per token (x1e-2)")
+    axes[-1].legend(fontsize=8)
+    fig.suptitle(title or "attention of the last prompt token")
+    return _save(fig, path)
+
+
+def plot_niah_accuracy(scores: Mapping[str, Mapping[int, float]], path: PathLike, *, title: str = "") -> Path:
+    """NIAH scores {model: {context length: score}} against the length, one line per model."""
+    if not scores or not all(scores.values()):
+        raise ValueError("no NIAH scores to plot")
+    fig, (ax,) = _figure(6.5, 4.0)
+    lengths = sorted({n for by_length in scores.values() for n in by_length})
+    for name, by_length in scores.items():
+        xs = sorted(by_length)
+        ax.plot(xs, [by_length[n] for n in xs], "o-", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    top = max(v for by_length in scores.values() for v in by_length.values())
+    ax.set_ylim(0, 1.05 if top <= 1 else 105)  # fractions or percentages
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("NIAH score")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "needle in a haystack against context length")
+    return _save(fig, path)

@@ -1,0 +1,64 @@
+"""Report sections end to end on tiny RoPE and RePo HF models: what a report (make demo) will call."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
+from olmo_repo.eval.analysis import NeedlePrompt, attention_section, positions_section
+from olmo_repo.eval.attention import AttentionMass, attention_mass, attention_mass_table
+from olmo_repo.hf.convert import convert_to_hf
+
+from .conftest import make_checkpoint
+from .test_plots import PNG_MAGIC
+
+
+def _prompt(key: str, value: str, filler: int) -> NeedlePrompt:
+    needle = f"One of the special magic numbers for {key} is: {value}."
+    question = f"What is the special magic number for {key}? The answer is"
+    prompt = "The grass is green. " * filler + needle + " The sky is blue." * 3 + " " + question
+    start = prompt.index(needle)
+    return NeedlePrompt(prompt, [(start, start + len(needle))], (prompt.index(question), len(prompt)))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tokenizer_file):
+    root = tmp_path_factory.mktemp("models")
+    out = {}
+    for name, overrides in {"RoPE": {}, "RePo": dict(pe_mode="repo", pe_start_layer=1)}.items():
+        ckpt, _ = make_checkpoint(root / name, tokenizer_file, max_sequence_length=256, **overrides)
+        hf_dir = convert_to_hf(ckpt, root / f"{name}-hf")
+        out[name] = AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
+    return out
+
+
+def test_attention_section(models, tmp_path):
+    prompts = [_prompt("lucky-dove", "7043913", 2), _prompt("red-fox", "1234567", 4)]
+    section = attention_section(models, prompts, tmp_path)
+    assert [f.name for f in section.figures] == ["attention-mass.png"]
+    assert section.figures[0].read_bytes()[:8] == PNG_MAGIC
+    assert "![attention mass](attention-mass.png)" in section.markdown and "2 prompts" in section.markdown
+    # The table is the average of the per-prompt measurements.
+    by_hand = {}
+    for name, (model, tokenizer) in models.items():
+        masses = [attention_mass(model, tokenizer, p.prompt, p.needle_spans, p.query_span) for p in prompts]
+        by_hand[name] = AttentionMass((masses[0].per_layer + masses[1].per_layer) / 2, masses[0].repo_layers)
+    assert attention_mass_table(by_hand) in section.markdown
+    with pytest.raises(ValueError, match="no NIAH prompts"):
+        attention_section(models, [], tmp_path)
+
+
+def test_positions_section(models, tmp_path):
+    model, tokenizer = models["RePo"]
+    texts = [_prompt("lucky-dove", "7043913", 3).prompt, _prompt("red-fox", "1234567", 4).prompt]
+    section = positions_section("RePo", model, tokenizer, texts, [16, 32, 64], tmp_path / "report")
+    names = [f.name for f in section.figures]
+    assert names == ["patterns-RePo.png", "spans-RePo.png", "spans-by-length-RePo.png", "positions-RePo.png"]
+    for figure in section.figures:
+        assert figure.parent == tmp_path / "report" and figure.read_bytes()[:8] == PNG_MAGIC
+        assert f"({figure.name})" in section.markdown
+    assert "| layer | constant | monotonic | hybrid |" in section.markdown
+    assert "| 64 | 63 |" in section.markdown
+    with pytest.raises(ValueError, match="no RePo layer"):
+        positions_section("RoPE", *models["RoPE"], texts, [16], tmp_path)
