@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
-SYSTEM_DEPS :=
+SYSTEM_DEPS := chromium:chromium
 
 .PHONY: install system-deps test lint demo bench clean
 
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,eval]'
+	$(BIN)/pip install -q -e '.[dev,eval,explore]'
 	touch $@
 
 system-deps:

@@ -1,0 +1,10 @@
+"""Position explorer: a local web page and JSON API that show the position each token of a prompt gets in every
+RePo layer and head, for one or two models side by side, with the analysis of `olmo_repo.eval.positions`.
+
+    model.py   ExplorerModel: a model (HF directory or OLMo checkpoint) loaded once; positions, tokens, analysis
+    app.py     the FastAPI app (page, local plotly.js, /api/...), serving on 127.0.0.1, the static HTML export
+    cli.py     scripts/explore.py
+    page/      index.html (Jinja2 template) and explorer.js (the plot, selectors and tables)
+
+Needs the `explore` extra (FastAPI, uvicorn, plotly), which `make install` installs.
+"""
