@@ -293,10 +293,9 @@ def _run_cli(model, out, *flags) -> dict:
 
 
 def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file):
-    """An OLMo checkpoint of this project (RePo layers 1..3), converted on the fly; YaRN 2x at 1536."""
-    ckpt, _ = make_checkpoint(
-        tmp_path / "ckpt", tokenizer_file, pe_mode="repo", pe_start_layer=1, max_sequence_length=768
-    )
+    """An OLMo checkpoint of this project (RoPE layer 0, RePo layer 1), converted on the fly; YaRN 2x at 1536."""
+    overrides = dict(n_layers=2, pe_mode="repo", pe_start_layer=1, max_sequence_length=768)
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt", tokenizer_file, **overrides)
     _run_cli(ckpt, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "out"]  # the temporary HF dir is gone
 

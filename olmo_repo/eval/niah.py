@@ -334,7 +334,6 @@ def evaluate(
         tasks=[f"repo_{v}" for v in variants],
         task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata),
         log_samples=True,
-        verbosity="ERROR",
     )
     scores = {v: float(out["results"][f"repo_{v}"]["score,none"]) for v in variants}
     records = [

@@ -171,5 +171,5 @@ def run_stage(
         metadata["num_samples"] = samples
     manager = TaskManager(include_path=str(TASKS_DIR), metadata=metadata)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=length)
-    out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=samples, verbosity="ERROR")
+    out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=samples)
     return {task: out["results"][task] for task in tasks if task in out["results"]}
