@@ -358,3 +358,15 @@ def test_eval_cli_bad_model_or_out(tmp_path, stock_olmo2, capsys):
     err = capsys.readouterr().err.strip()
     assert "--overwrite" in err and "\n" not in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_evaluate_api_several_lengths(stock_olmo2):
+    """`niah.evaluate` on a loaded model: {variant: {length: score}} over several lengths in one lm-eval run."""
+    from transformers import AutoTokenizer
+
+    model, tokenizer = load_model(stock_olmo2, 1024), AutoTokenizer.from_pretrained(stock_olmo2)
+    scores, records = niah.evaluate(model, tokenizer, [640, 768], variants=["niah_single_1"], samples=1)
+    assert list(scores) == ["niah_single_1"] and sorted(scores["niah_single_1"]) == [640, 768]
+    assert [(r["length"], r["index"]) for r in records] == [(640, 0), (768, 0)]
+    for r in records:
+        assert scores["niah_single_1"][r["length"]] == r["score"] == niah.score(r["output"], r["answers"])

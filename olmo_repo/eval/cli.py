@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         records: list[dict] = []
         for length, tasks in stages:
-            if tasks == []:  # every task of this length was refused
+            if args.suite and not tasks:  # every task of this length was refused
                 continue
             factor = yarn_factor(length, training, yarn)
             model = load_model(hf_dir, length, yarn, dtype, device)
@@ -178,8 +178,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     model, tokenizer, length, variants=variants, samples=args.samples or 500, seed=args.seed,
                     batch_size=args.batch_size, essays=args.essays,
                 )  # fmt: skip
-                for variant, value in scores.items():
-                    results["scores"].setdefault(variant, {})[length] = value
+                for variant, row in scores.items():
+                    results["scores"].setdefault(variant, {}).update(row)
                 records += stage_records
             del model
         if refused:
@@ -187,6 +187,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     table = _table(results)
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:  # a previous run's outputs (--overwrite); nothing else in --out is touched
+        (out / name).unlink(missing_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "results.md").write_text(table)
     if records:

@@ -27,8 +27,8 @@ API (the analysis code builds on it):
     s.answers                      # gold values
     s.prompt[slice(*s.needle_spans[0])]   # a needle that holds a gold value (character span)
     s.prompt[slice(*s.query_span)]        # the question; s.context_span: the haystack with its needles
-    scores, records = niah.evaluate(model, tokenizer, 4096, samples=20)   # {variant: score}, one length
-    niah.markdown_table({variant: {length: score}})   # one row per variant, one column per length, average
+    scores, records = niah.evaluate(model, tokenizer, [1024, 4096], samples=20)  # {variant: {length: score}}
+    niah.markdown_table(scores)   # one row per variant, one column per length, and the average row
 
 Scores are fractions in [0, 1]; the table prints percent, like the paper.
 """
@@ -298,56 +298,68 @@ def lm_eval_dataset(variant: str, **metadata: Any) -> datasets.DatasetDict:
 def evaluate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    length: int,
+    lengths: int | Sequence[int],
     *,
     variants: Iterable[str] = tuple(VARIANTS),
     samples: int = 500,
     seed: int = 42,
     batch_size: int = 8,
     essays: str = "offline",
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Run the `repo_niah_*` lm-eval tasks on a loaded HF model at one length (greedy, 128 new tokens, lm-eval's
-    HF backend with `max_length=length`; the model is used as loaded: set YaRN when loading it).
+) -> tuple[dict[str, dict[int, float]], list[dict[str, Any]]]:
+    """Run the `repo_niah_*` lm-eval tasks on a loaded HF model at one or more lengths: greedy, 128 new tokens,
+    lm-eval's HF backend with `max_length` the largest length. The model runs as loaded (YaRN, if any, is set
+    when loading it: `olmo_repo.eval.loading.load_model`). `tokenizer.name_or_path` must load the same tokenizer
+    (lm-eval's RULER code loads it by name).
 
-    `tokenizer.name_or_path` must load the same tokenizer (lm-eval's RULER code loads it by name).
-    Returns ({variant: score in [0, 1]}, one record per sample: variant, length, index, answers, output, score).
+    Returns ({variant: {length: score in [0, 1]}}, one record per sample: variant, length, index, answers,
+    output, score).
     """
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
+    lengths = [lengths] if isinstance(lengths, int) else list(lengths)
     variants = list(variants)
     if unknown := [v for v in variants if v not in VARIANTS]:
         raise ValueError(f"unknown NIAH variants {unknown}; allowed: {', '.join(VARIANTS)}")
     if not tokenizer.name_or_path:
         raise ValueError("the tokenizer has no name_or_path: load it with AutoTokenizer.from_pretrained")
     metadata = dict(
-        max_seq_lengths=[length],
+        max_seq_lengths=lengths,
         num_samples=samples,
         seed=seed,
         essays=essays,
         tokenizer=tokenizer.name_or_path,
     )
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=length)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max(lengths))
     out = simple_evaluate(
         model=lm,
         tasks=[f"repo_{v}" for v in variants],
         task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata),
         log_samples=True,
     )
-    scores = {v: float(out["results"][f"repo_{v}"]["score,none"]) for v in variants}
     records = [
         {
             "variant": v,
-            "length": length,
+            "length": s["doc"]["max_length"],
             "index": s["doc"]["index"],
             "answers": s["doc"]["outputs"],
             "output": s["resps"][0][0],
             "score": s["score"],
         }
         for v in variants
-        for s in sorted(out["samples"][f"repo_{v}"], key=lambda s: s["doc"]["index"])
+        for s in sorted(
+            out["samples"][f"repo_{v}"], key=lambda s: (s["doc"]["max_length"], s["doc"]["index"])
+        )
     ]
+    scores = {
+        v: {
+            length: sum(mine) / len(mine)
+            for length in lengths
+            if (mine := [r["score"] for r in records if r["variant"] == v and r["length"] == length])
+        }
+        for v in variants
+    }
     return scores, records
 
 
