@@ -129,6 +129,24 @@ def test_lengths_the_tokenizer_cannot_reach(byte_tokenizer):
         niah.niah_samples(byte_tokenizer, "niah_single_2", 2_000_000, n=1)
 
 
+def test_real_essays_need_a_network(monkeypatch, byte_tokenizer):
+    """`essays="paul_graham"` fails with one clear error when nltk's data or the essays cannot be downloaded
+    (downloads stubbed out: no network in tests)."""
+    monkeypatch.setattr(niah.nltk, "download", lambda *args, **kwargs: False)
+    with pytest.raises(ValueError, match="needs a network: nltk's punkt_tab"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="paul_graham")
+
+    def offline(type_haystack):
+        raise ConnectionError("no route to the Hub")
+
+    monkeypatch.setattr(niah.nltk, "download", lambda *args, **kwargs: True)
+    monkeypatch.setattr(niah.prepare_niah, "get_haystack", offline)
+    with pytest.raises(ValueError, match="RULER's essays could not be downloaded"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="paul_graham")
+    with pytest.raises(ValueError, match="essays='pg'"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="pg")
+
+
 def test_variants_are_lm_evals(monkeypatch):
     """The variant table equals what lm-eval's RULER tasks pass to its generator."""
     # Imported after olmo_repo.eval.niah, which points nltk at the offline Punkt data first.

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import nltk
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .essays import essay_words, use_offline_punkt
@@ -134,9 +135,17 @@ class NiahSample:
 def _haystack(kind: str, essays: str) -> str | list[str]:
     if essays not in ESSAYS:
         raise ValueError(f"essays={essays!r} is not supported; allowed: {', '.join(ESSAYS)}")
-    if kind == "essay" and essays == "offline":
+    if kind != "essay":
+        return prepare_niah.get_haystack(type_haystack=kind)  # repeat / needle: built in, no download
+    if essays == "offline":
         return list(essay_words())
-    return prepare_niah.get_haystack(type_haystack=kind)  # repeat / needle: no download; essay: downloads
+    # RULER's essays are split into sentences with the real Punkt data (it precedes the offline stand-in).
+    if not nltk.download("punkt_tab", quiet=True):
+        raise ValueError("essays='paul_graham' needs a network: nltk's punkt_tab could not be downloaded")
+    try:
+        return prepare_niah.get_haystack(type_haystack="essay")
+    except Exception as e:  # any failure of the download: say what was being fetched
+        raise ValueError(f"essays='paul_graham': RULER's essays could not be downloaded ({e})") from None
 
 
 def _gen_prefix(spec: Variant, query: str) -> str:
