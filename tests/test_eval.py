@@ -327,14 +327,21 @@ def test_eval_cli_stock_olmo2(tmp_path, stock_olmo2):
 
 
 def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
-    """At 2x the training length the loaded model computes with YaRN: same weights, different logits."""
-    ckpt, _ = make_checkpoint(
-        tmp_path / "c", tokenizer_file, pe_mode="repo", pe_start_layer=1, max_sequence_length=768
-    )
+    """At 2x the training length the loaded model computes with YaRN: same weights, different logits (RePo with
+    a RoPE layer, hybrid RoPE/NoPE, stock Olmo2); a model whose layers are all NoPE has nothing to scale."""
     from olmo_repo.hf.convert import convert_to_hf
 
     ids = torch.randint(0, VOCAB - 2, (1, 300))
-    for hf_dir in (convert_to_hf(ckpt, tmp_path / "hf"), stock_olmo2):
+    models = {}
+    for name, overrides in {
+        "repo": dict(pe_mode="repo", pe_start_layer=1),
+        "hybrid": dict(pe_mode="nope", pe_layer_ids=[1, 3]),
+        "nope": dict(pe_mode="nope", pe_start_layer=0),
+    }.items():
+        ckpt, _ = make_checkpoint(tmp_path / name, tokenizer_file, max_sequence_length=768, **overrides)
+        models[name] = convert_to_hf(ckpt, tmp_path / f"{name}-hf")
+    models["stock"] = stock_olmo2
+    for name, hf_dir in models.items():
         plain, scaled = load_model(hf_dir, 768), load_model(hf_dir, 1536)
         assert (
             scaled.config.rope_parameters["rope_type"] == "yarn"
@@ -344,7 +351,20 @@ def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
         with torch.no_grad():
             base, yarn, none = plain(ids).logits, scaled(ids).logits, off(ids).logits
         assert torch.equal(base, none)
-        assert (base - yarn).abs().max() > 1e-3
+        if name == "nope":
+            assert torch.equal(base, yarn)
+        else:
+            assert (base - yarn).abs().max() > 1e-3, name
+
+
+def test_eval_cli_help(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--tasks", "--suite", "--lengths", "--samples", "--seed", "--batch-size", "--yarn", "--essays",
+                 "--dtype", "--device", "--out", "--overwrite"):  # fmt: skip
+        assert flag in text
 
 
 @pytest.mark.parametrize(
