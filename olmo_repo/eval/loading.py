@@ -1,0 +1,79 @@
+"""Loading a model for evaluation at a target length, with YaRN past its training length.
+
+The paper evaluates every method at 8K and 16K with YaRN (factor 2 and 4 over the 4096 training length) on
+the RoPE layers and on the RePo positions. Here that is the HF config's `rope_parameters`
+(`rope_type: yarn`, `factor`, `original_max_position_embeddings`), which stock Olmo2 and this project's
+`repo_olmo2` both read (RePo and RoPE layers share the scaled inverse frequencies and attention factor).
+
+- `training_length(config)`: `rope_parameters.original_max_position_embeddings` if set, else
+  `max_position_embeddings`.
+- `yarn_factor(length, training, yarn)`: `yarn="auto"`: length / training past the training length, none within
+  it; `"off"`: none; a number: that factor past the training length.
+- `load_model(hf_dir, length, yarn, dtype, device)`: the model in eval mode, with YaRN where the factor says.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+
+import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+
+__all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def training_length(config: PretrainedConfig) -> int:
+    """The context length the model was trained at."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    return int(rope.get("original_max_position_embeddings") or config.max_position_embeddings)
+
+
+def parse_yarn(value: str) -> str | float:
+    """`auto`, `off` or a factor > 1 (the `--yarn` flag); raises ValueError naming the flag."""
+    if value in ("auto", "off"):
+        return value
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = 0.0
+    if not factor > 1.0:
+        raise ValueError(f"--yarn={value!r}: allowed auto, off or a factor > 1 (e.g. 2)")
+    return factor
+
+
+def yarn_factor(length: int, training: int, yarn: str | float = "auto") -> float | None:
+    """The YaRN factor to evaluate at `length` (None: the model as trained)."""
+    if yarn == "off" or length <= training:
+        return None
+    return length / training if yarn == "auto" else float(yarn)
+
+
+def load_model(
+    hf_dir: str | Path,
+    length: int,
+    yarn: str | float = "auto",
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> PreTrainedModel:
+    """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), in eval mode."""
+    config = AutoConfig.from_pretrained(hf_dir)
+    training = training_length(config)
+    factor = yarn_factor(length, training, yarn)
+    overrides = {}
+    if factor is not None:
+        theta = (config.rope_parameters or {}).get("rope_theta", 10_000.0)
+        overrides = dict(
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": float(theta),
+                "factor": factor,
+                "original_max_position_embeddings": training,
+            },
+            max_position_embeddings=max(length, config.max_position_embeddings),
+        )
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=DTYPES[dtype], **overrides)
+    return model.to(device).eval()

