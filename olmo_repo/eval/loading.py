@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
+from olmo_repo.hf.convert import DTYPES
 
 __all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor"]
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def training_length(config: PretrainedConfig) -> int:

@@ -45,6 +45,7 @@ import datasets
 import nltk
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from . import tables
 from .essays import essay_words, use_offline_punkt
 
 use_offline_punkt()  # before lm-eval's RULER module is imported: it downloads `punkt_tab` when it finds none
@@ -376,15 +377,10 @@ def markdown_table(scores: Mapping[str, Mapping[int, float]]) -> str:
     """{variant: {length: score in [0, 1]}} -> a markdown table in percent: one row per variant, one column per
     length, and the average over the variants (the paper's NIAH number)."""
     lengths = sorted({length for row in scores.values() for length in row})
-    lines = [
-        "| variant | " + " | ".join(str(length) for length in lengths) + " |",
-        "| --- |" + " ---: |" * len(lengths),
-    ]
-    for variant, row in scores.items():
-        lines.append(f"| {variant} | " + " | ".join(_pct(row.get(length)) for length in lengths) + " |")
+    rows = [[variant, *(_pct(row.get(length)) for length in lengths)] for variant, row in scores.items()]
     averages = [[row[length] for row in scores.values() if length in row] for length in lengths]
-    lines.append("| **average** | " + " | ".join(_pct(sum(a) / len(a)) for a in averages) + " |")
-    return "\n".join(lines) + "\n"
+    rows.append(["**average**", *(_pct(sum(a) / len(a)) for a in averages)])
+    return tables.markdown_table(["variant", *map(str, lengths)], rows) + "\n"
 
 
 def _pct(value: float | None) -> str:
