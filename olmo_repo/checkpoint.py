@@ -192,7 +192,9 @@ def _initial_state_for(optim: Optimizer, names: set[str]) -> None:
     or none has; right after the surgery the RePo weights have none. Same arithmetic as no state: AdamW
     starts from exactly these values. Parameters with no local shard get none, as in a step.
     """
-    template = next(state for state in optim.state.values() if state)  # a base parameter's continued state
+    template = next((state for state in optim.state.values() if state), None)  # a base parameter's state
+    if template is None:  # stage 1 saved before its first step: no parameter has a state
+        return
     for group in optim.param_groups:
         for name, param in zip(group["param_names"], group["params"]):
             if _clean(name) in names and param.numel() > 0:
