@@ -19,7 +19,7 @@ import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo import RepoTrainConfig, repo_layer_ids
 from olmo_repo.checkpoint import repo_param_names
 from olmo_repo.hf.convert import convert_to_hf
-from olmo_repo.train import patch_torch_for_olmo, preflight
+from olmo_repo.train import build_trainer, init_distributed, patch_torch_for_olmo, preflight
 from olmo_repo.unshard import main as unshard_main
 
 from .training import (
@@ -114,10 +114,10 @@ def test_fsdp_stage1_trains_and_saves_sharded_and_unsharded(stage1):
         assert (state["exp_avg"] < 0).any() and not torch.equal(state["exp_avg"], state["exp_avg_sq"]), name
 
 
-def test_stage1_init_into_fsdp_repo_run_is_exact(stage1, stage2):
-    """Every base tensor and its AdamW state come from stage 1 bit-exact; the RePo weights are new and their
-    state is AdamW's initial one. Read back from the unsharded save FSDP gathered right after the
-    initialisation (which failed while the RePo weights had no state)."""
+def test_stage1_init_into_fsdp_repo_run_is_exact(data, stage1, stage2, tmp_path):
+    """Every base tensor and its AdamW state come from stage 1 bit-exact; the RePo weights are DDP's
+    initialisation and their state is AdamW's initial one. Read back from the unsharded save FSDP gathered
+    right after the initialisation (which failed while the RePo weights had no state)."""
     base, base_optim = _load(stage1 / "step4-unsharded/model.pt"), _load(stage1 / "step4-unsharded/optim.pt")
     init, init_optim = _load(stage2 / "step0-unsharded/model.pt"), _load(stage2 / "step0-unsharded/optim.pt")
     repo = repo_param_names(RepoTrainConfig.load(stage2 / "config.yaml", validate_paths=False).model)
@@ -128,9 +128,17 @@ def test_stage1_init_into_fsdp_repo_run_is_exact(stage1, stage2):
         assert all(torch.equal(init_optim["state"][name][k], v) for k, v in state.items()), name
     for name in repo:
         state = init_optim["state"][name]
-        assert state["step"].item() == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any(), (
-            name
-        )
+        assert state["step"].item() == 0, name
+        assert not state["exp_avg"].any() and not state["exp_avg_sq"].any(), name
+
+    # DDP (here in one process) draws the same RePo weights: FSDP initialises the whole model before the wrap
+    # too (after it, each rank would draw its shard from the same stream).
+    cfg = RepoTrainConfig.load(
+        STAGE2_REPO, _stage2(data, tmp_path / "ddp", stage1, distributed_strategy="ddp")
+    )
+    preflight(cfg, cuda=False, world_size=1)
+    with build_trainer(cfg, init_distributed()) as trainer:
+        assert all(torch.equal(trainer.model.state_dict()[k], init[k]) for k in repo)
 
 
 def test_killed_fsdp_run_resumes_from_its_sharded_checkpoint_with_identical_losses(data, stage1, stage2):
