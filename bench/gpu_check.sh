@@ -5,8 +5,10 @@
 #   bash bench/gpu_check.sh             # on the GPU machine (python3 with CUDA torch): install .whl/, run
 #
 # With this workplace's device tool: run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600).
-# About 8 minutes on one H200: tests/test_train_gpu.py (FSDP, bf16, flash attention where installed, the
-# bf16 GEMMs of f_phi), then `bench_repo.py --size gpu-1b --profile`.
+# About 8 minutes on one H200. FSDP itself runs in the CPU suite (gloo); this run covers what only a GPU has,
+# tests/test_train_gpu.py: nccl with FSDP and CUDA autocast (amp_bf16) through scripts/train.py, flash-attn
+# (when the image has it: it is built against the image's torch, so no wheel travels), the bf16 GEMMs of
+# f_phi, torch.compile of the rotation on CUDA; then `bench_repo.py --size gpu-1b --profile`.
 #
 # Results go to $OUT (default ./gpu-out): tests.log, bench.log, bench-gpu.json. The image is assumed to hold
 # torch, numpy, transformers, pandas, pyarrow, scikit-learn, torchmetrics and pytest already; everything else
@@ -58,5 +60,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/tests.log"
 python3 -c 'import torch, olmo, olmo_repo; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/tests.log"
-python3 -m pytest -q -p no:cacheprovider tests/test_train_gpu.py 2>&1 | tee -a "$OUT/tests.log" || true
+python3 - <<'PY' 2>&1 | tee -a "$OUT/tests.log"
+import importlib.util, torch, torch.distributed as dist
+print("GPU-only remainder: nccl", dist.is_nccl_available(), "| bf16 autocast", torch.cuda.is_bf16_supported(),
+      "| flash-attn", importlib.util.find_spec("flash_attn") is not None, "| torch.compile on CUDA: tested below")
+PY
+python3 -m pytest -q -rs -p no:cacheprovider tests/test_train_gpu.py 2>&1 | tee -a "$OUT/tests.log" || true
 python3 bench/bench_repo.py --size gpu-1b --profile --json "$OUT/bench-gpu.json" 2>&1 | tee "$OUT/bench.log"

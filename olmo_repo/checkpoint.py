@@ -185,13 +185,33 @@ def continue_optimizer_state(
     return {"state": state, "param_groups": groups}
 
 
+def _initial_state_for(optim: Optimizer, names: set[str]) -> None:
+    """Give the parameters `names` the optimizer state their first step would create (step 0, zero moments).
+
+    FSDP gathers an optimizer state dict (any checkpoint) only if every parameter of an FSDP unit has a state
+    or none has; right after the surgery the RePo weights have none. Same arithmetic as no state: AdamW
+    starts from exactly these values. Parameters with no local shard get none, as in a step.
+    """
+    template = next((state for state in optim.state.values() if state), None)  # a base parameter's state
+    if template is None:  # stage 1 saved before its first step: no parameter has a state
+        return
+    for group in optim.param_groups:
+        for name, param in zip(group["param_names"], group["params"]):
+            if _clean(name) in names and param.numel() > 0:
+                optim.state[param] = {
+                    key: torch.zeros_like(param if value.dim() else value)
+                    for key, value in template.items()
+                    if key != "grad_norm_exp_avg"  # OLMo's clipping statistic, created after the first step
+                }
+
+
 class RepoCheckpointer(FullCheckpointer):
     """`FullCheckpointer` that also initialises a RePo model from a stage-1 checkpoint.
 
     Delta: `restore_checkpoint` first checks model.pt against the config (`check_stage1_state_dict`). A
     complete checkpoint then takes the stock path unchanged. A stage-1 checkpoint loads its base tensors
-    (DDP: the module; FSDP: a full state dict on every rank), continues the optimizer state by surgery, and
-    reads train.pt; a checkpoint without optim.pt/train.pt (weights converted from elsewhere) needs
+    (DDP: the module; FSDP: a full state dict on every rank), continues the optimizer state by surgery (FSDP:
+    the RePo weights get AdamW's initial state explicitly, see `_initial_state_for`), and reads train.pt; a checkpoint without optim.pt/train.pt (weights converted from elsewhere) needs
     `reset_optimizer_state`/`reset_trainer_state`, and the error says so.
     """
 
@@ -260,6 +280,7 @@ class RepoCheckpointer(FullCheckpointer):
             del stage1_optim
             if is_fsdp:
                 load_fsdp_optim_state(dist_model, optim, optim_state)
+                _initial_state_for(optim, new_params)
             else:
                 optim.load_state_dict(optim_state)
         barrier()

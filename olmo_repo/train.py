@@ -5,14 +5,17 @@ loader, evaluators, model build and wrap (FSDP: meta init, the config's wrap pol
 then `reset_parameters`), optimizer and scheduler, W&B, the pre-train checkpoint rule, `load_path` with the
 reset flags, and resuming from the latest checkpoint. Deltas from the stock script:
 
-- Device: with CUDA, nccl and the config's strategy. Without CUDA, gloo and DDP on CPU: a config that says
-  `fsdp` is switched to `ddp` (logged), as FSDP needs an accelerator. Settings that only work on GPU fail
-  before training with what to change. Without torchrun a one-process group is set up.
+- Device: nccl with CUDA, gloo without; the config's strategy either way. FSDP runs on CPU as on GPU (the
+  sharding strategy, HYBRID_SHARD on a CPU device mesh, the wrap policy, `fsdp.precision` as FSDP mixed
+  precision: the only way to train in bf16 on CPU, as OLMo's Trainer autocasts on CUDA only). Settings
+  that cannot work here fail before training with what to change. Without torchrun a one-process group
+  is set up.
 - `preflight` fails before any heavy work on missing data files, an unwritable `save_folder`, an
-  unreachable s3 `remote_save_folder` and GPU-only settings.
+  unreachable s3 `remote_save_folder`, GPU-only settings and sharded checkpointers that fail on torch 2.13.
 - Resume is automatic, as if `try_load_latest_save` were set: the latest checkpoint in `save_folder`, else
   in `remote_save_folder`, else `load_path`. Rerunning a finished run does nothing.
-- DDP accepts any `init_device` (stock: `cuda` only); the model is materialised and initialised before wrap.
+- DDP accepts any `init_device` (stock: `cuda` only). DDP, and FSDP without meta init, materialise and
+  initialise the whole model before the wrap (stock FSDP initialises after it, shard by shard).
 - `RepoTrainer`: stage-1 initialisation (`RepoCheckpointer`), the spread of the predicted positions per
   RePo layer at the log interval, and every logged step as a JSON line in `save_folder/metrics.jsonl`.
 """
@@ -20,6 +23,7 @@ reset flags, and resuming from the latest checkpoint. Deltas from the stock scri
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import json
 import logging
@@ -35,11 +39,19 @@ from urllib.parse import urlparse
 
 import numpy as np
 import olmo.train
+import olmo_core.distributed.checkpoint as olmo_core_checkpoint
 import torch
 import torch.distributed as dist
 import wandb
 from olmo.aliases import PathOrStr
-from olmo.config import CheckpointType, DDPConfig, DDPGradSyncMode, DistributedStrategy, TrainConfig
+from olmo.config import (
+    CheckpointType,
+    DDPConfig,
+    DDPGradSyncMode,
+    DistributedStrategy,
+    ShardedCheckpointerType,
+    TrainConfig,
+)
 from olmo.data import build_train_dataloader
 from olmo.eval import build_evaluators
 from olmo.exceptions import OLMoConfigurationError
@@ -65,7 +77,13 @@ from olmo.util import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import ShardingStrategy
+from torch.distributed.fsdp import (
+    OptimStateDictConfig,
+    ShardingStrategy,
+    StateDictConfig,
+    StateDictSettings,
+    StateDictType,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .block import RepoSequentialBlock
@@ -89,18 +107,69 @@ METRICS_FILE = "metrics.jsonl"
 _POSITIONS = "train/positions/"
 
 
+_STOCK_SET_STATE_DICT_TYPE = FSDP.set_state_dict_type
+
+
+def _set_state_dict_type_without_offload(
+    module: torch.nn.Module,
+    state_dict_type: StateDictType,
+    state_dict_config: StateDictConfig | None = None,
+    optim_state_dict_config: OptimStateDictConfig | None = None,
+) -> StateDictSettings:
+    """`FSDP.set_state_dict_type` with `offload_to_cpu=False` in both configs (see `patch_torch_for_olmo`)."""
+    return _STOCK_SET_STATE_DICT_TYPE(
+        module,
+        state_dict_type,
+        state_dict_config and dataclasses.replace(state_dict_config, offload_to_cpu=False),
+        optim_state_dict_config and dataclasses.replace(optim_state_dict_config, offload_to_cpu=False),
+    )
+
+
+_STOCK_INIT_OPTIMIZER_STATE = olmo_core_checkpoint.init_optimizer_state
+
+
+def _init_optimizer_state_inertly(optim: torch.optim.Optimizer) -> None:
+    """olmo_core's `init_optimizer_state` leaving parameters and step counts as they are (see
+    `patch_torch_for_olmo`): its zero-gradient step runs at lr = 0 and weight decay 0 (parameters unchanged
+    bit for bit, moments stay 0), then the step counters it advanced go back to 0."""
+    if optim.state:
+        return
+    settings = [(group["lr"], group["weight_decay"]) for group in optim.param_groups]
+    for group in optim.param_groups:
+        group["lr"] = group["weight_decay"] = 0.0
+    _STOCK_INIT_OPTIMIZER_STATE(optim)
+    for group, (lr, weight_decay) in zip(optim.param_groups, settings):
+        group["lr"], group["weight_decay"] = lr, weight_decay
+    for state in optim.state.values():
+        if "step" in state:
+            state["step"].zero_()
+
+
 def patch_torch_for_olmo() -> None:
-    """Two assumptions of ai2-olmo 0.6.0 that break on current torch, fixed here and only here. Idempotent.
+    """Assumptions of ai2-olmo 0.6.0 that break on current torch, on CPU, or in its olmo_core checkpointer,
+    fixed here and only here. Idempotent; on a CUDA machine 2 and 4 apply.
 
     1. `Trainer.trainer_state_dict` calls `torch.cuda.get_rng_state()` unguarded, which raises on a
        CPU-only torch. Without CUDA, the CUDA RNG state is saved as an empty tensor and restoring it is a
        no-op (there is no CUDA generator to restore).
     2. torch >= 2.6 loads with `weights_only=True`, and OLMo's `train.pt` holds `pathlib` paths and numpy's
        RNG state. Exactly those types are allowed, instead of turning the safe loader off.
+    3. OLMo asks FSDP for state dicts with `offload_to_cpu=True` (the unsharded save, its restore, stage-1
+       init). torch implements the offload as `.cpu()` and then frees or reuses the buffer it gathered
+       into; on CPU `.cpu()` returns that very buffer. The model state dict then reads freed memory
+       (SIGSEGV in torch 2.13) and the optimizer state dict silently aliases each parameter's `exp_avg`
+       to its `exp_avg_sq`. Without CUDA everything is on CPU already: FSDP's state-dict settings are
+       applied with `offload_to_cpu=False`, whatever the caller asked.
+    4. `sharded_checkpointer: olmo_core` creates a missing optimizer state (a fresh optimizer on resume, the
+       pre-train save) with a real AdamW step on zero gradients: every resume from a sharded checkpoint
+       decayed the weights it had just loaded by (1 - lr * weight_decay), and a run from scratch counted
+       one step too many (Adam's bias correction). The state is created without either effect.
     """
     if not torch.cuda.is_available():
         torch.cuda.get_rng_state = lambda device="cuda": torch.empty(0, dtype=torch.uint8)  # type: ignore[assignment]
         torch.cuda.set_rng_state = lambda new_state, device="cuda": None  # type: ignore[assignment]
+        FSDP.set_state_dict_type = staticmethod(_set_state_dict_type_without_offload)  # type: ignore[method-assign]
+    olmo_core_checkpoint.init_optimizer_state = _init_optimizer_state_inertly
     torch.serialization.add_safe_globals(
         [
             pathlib.PosixPath,
@@ -158,14 +227,10 @@ def _local_data_paths(cfg: TrainConfig) -> list[tuple[str, str]]:
 
 
 def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
-    """Adapt the config to the device and check it, before any heavy work.
+    """Complete the config's defaults and check it, before any heavy work.
 
-    Without CUDA, `fsdp` becomes `ddp` (FSDP needs an accelerator). Raises one `OLMoConfigurationError`
-    that lists every problem and what to change.
+    Raises one `OLMoConfigurationError` that lists every problem and what to change.
     """
-    if not cuda and cfg.distributed_strategy == DistributedStrategy.fsdp:
-        log.warning("No CUDA: training with DDP on CPU (gloo) instead of FSDP; the fsdp settings are unused")
-        cfg.distributed_strategy = DistributedStrategy.ddp
     if cfg.distributed_strategy == DistributedStrategy.ddp and cfg.ddp is None:
         cfg.ddp = DDPConfig()
 
@@ -183,11 +248,15 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         log.warning(
             "model.flash_attention=true but flash-attn is not installed: OLMo uses PyTorch SDPA instead"
         )
-    if not cuda and cfg.precision != "fp32":
+    fsdp = cfg.distributed_strategy == DistributedStrategy.fsdp
+    if not cuda and cfg.precision != "fp32" and not (fsdp and cfg.fsdp.precision is not None):
         problems.append(
-            f"precision={cfg.precision} needs CUDA (OLMo's Trainer autocasts on CUDA only, so on CPU it would "
-            "silently train in fp32): pass --precision=fp32"
+            f"precision={cfg.precision} on CPU needs FSDP's mixed precision (OLMo's Trainer autocasts on CUDA "
+            "only, so it would silently train in fp32): pass --precision=fp32, or --distributed_strategy=fsdp "
+            "with --fsdp.precision=mixed (or pure)"
         )
+    if fsdp:
+        problems += _check_fsdp(cfg, world_size)
     if not cuda and cfg.model.init_device == "cuda":
         problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
     if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
@@ -219,6 +288,53 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
     problems += _check_save_folders(cfg)
     if problems:
         raise OLMoConfigurationError("config cannot train here:\n  - " + "\n  - ".join(problems))
+
+
+# Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).
+_BROKEN_CHECKPOINTERS = {
+    ShardedCheckpointerType.torch_new: "fails at the first save (its storage reader lacks abstract methods of "
+    "torch's checkpoint API)",
+    ShardedCheckpointerType.torch_legacy: "saves files that cannot be resumed (their pickled ShardedTensors "
+    "need builtins.getattr, which torch.load's safe loader rightly refuses)",
+    ShardedCheckpointerType.local: "raises NotImplementedError on torch >= 2.3 (it reads FSDP internals)",
+}
+
+
+_HYBRID = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+
+
+def _hybrid_replicas(cfg: TrainConfig, world_size: int) -> int:
+    """HYBRID_SHARD's number of model replicas: the config's, else one per node."""
+    return cfg.fsdp.hybrid_sharding_num_model_replicas or world_size // get_local_world_size()
+
+
+def _check_fsdp(cfg: TrainConfig, world_size: int) -> list[str]:
+    problems = []
+    for key in ("sharded_checkpointer", "load_path_sharded_checkpointer"):
+        name = getattr(cfg, key)
+        if name in _BROKEN_CHECKPOINTERS:
+            problems.append(
+                f"{key}={name} {_BROKEN_CHECKPOINTERS[name]} with torch {torch.__version__}: "
+                f"pass --{key}=olmo_core"
+            )
+    if cfg.sharded_checkpointer == ShardedCheckpointerType.olmo_core and not cfg.fsdp.use_orig_params:
+        problems.append("sharded_checkpointer=olmo_core needs --fsdp.use_orig_params=true")
+    if cfg.fsdp.sharding_strategy in _HYBRID:
+        replicas = _hybrid_replicas(cfg, world_size)
+        if replicas <= 0 or world_size % replicas:
+            problems.append(
+                f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the "
+                f"{world_size} ranks"
+            )
+        elif replicas == world_size > 1:
+            # torch then falls back to NO_SHARD but all-reduces gradients within the replica of one rank:
+            # the replicas silently train apart (pytorch/pytorch#154888).
+            problems.append(
+                f"fsdp.sharding_strategy={cfg.fsdp.sharding_strategy.name} with {replicas} replicas of one rank "
+                "each does not synchronise gradients in torch: pass a smaller "
+                "--fsdp.hybrid_sharding_num_model_replicas, or --distributed_strategy=ddp"
+            )
+    return problems
 
 
 def _check_save_folders(cfg: TrainConfig) -> list[str]:
@@ -396,14 +512,17 @@ def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
         model.reset_parameters()  # before the wrap: DDP then broadcasts rank 0's values
         return DDP(model, find_unused_parameters=cfg.ddp.find_unused_params)
     log.info("Wrapping model with FSDP...")
+    # Unless on the meta device (whose point is that no rank holds the whole model), the whole model is
+    # initialised before the wrap, as for DDP. After the wrap each rank would draw its shard from the same
+    # seeded stream, and the shards repeat each other's values (stock OLMo, and still so with meta init).
+    meta = cfg.model.init_device == "meta"
+    if not meta:
+        model = model.to(device)
+        model.reset_parameters()
     hybrid: dict[str, Any] = {}
-    if cfg.fsdp.sharding_strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
-        replicas = cfg.fsdp.hybrid_sharding_num_model_replicas or get_world_size() // get_local_world_size()
-        if replicas <= 0 or get_world_size() % replicas:
-            raise OLMoConfigurationError(
-                f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the world size"
-            )
-        hybrid["device_mesh"] = init_device_mesh("cuda", (replicas, get_world_size() // replicas))
+    if cfg.fsdp.sharding_strategy in _HYBRID:  # replicas checked by preflight
+        replicas = _hybrid_replicas(cfg, get_world_size())
+        hybrid["device_mesh"] = init_device_mesh(device.type, (replicas, get_world_size() // replicas))
     dist_model = FSDP(
         model,
         sharding_strategy=cfg.fsdp.sharding_strategy,
@@ -411,11 +530,12 @@ def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
         auto_wrap_policy=model.get_fsdp_wrap_policy(cfg.fsdp.wrapping_strategy),
         use_orig_params=cfg.fsdp.use_orig_params,
         limit_all_gathers=True,
-        device_id=get_local_rank(),
+        device_id=device,
         param_init_fn=lambda module: module.to_empty(device=device),  # each parameter initialised once
         **hybrid,
     )
-    model.reset_parameters()
+    if meta:
+        model.reset_parameters()
     return dist_model
 
 

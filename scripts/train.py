@@ -5,9 +5,9 @@ Usage:
     python scripts/train.py CONFIG [--key=value ...]          # one process
 
 CONFIG is a YAML file (configs/*.yaml); each --key=value overrides a config key, dotted for nested keys
-(--model.pe_start_layer=5, --save_folder=runs/x, --stop_at=100). With CUDA: nccl and the config's
-strategy (FSDP). Without CUDA: gloo and DDP on CPU. Rerunning the same command resumes from the latest
-checkpoint in save_folder (or remote_save_folder). See README.md, section "Training".
+(--model.pe_start_layer=5, --save_folder=runs/x, --stop_at=100). The config's strategy (fsdp or ddp) on
+nccl with CUDA, on gloo without. Rerunning the same command resumes from the latest checkpoint in
+save_folder (or remote_save_folder). See README.md, section "Training".
 """
 
 import sys

@@ -190,7 +190,7 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
         ),
         (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
         (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
-        (["precision=amp_bf16"], r"precision=amp_bf16 needs CUDA.*--precision=fp32"),
+        (["precision=amp_bf16"], r"precision=amp_bf16 on CPU needs FSDP's mixed precision.*--precision=fp32"),
         (
             ["global_train_batch_size=6", "device_train_microbatch_size=4"],
             r"per-rank batch 6 is not a multiple of device_train_microbatch_size=4",
@@ -203,13 +203,10 @@ def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
         preflight(_config(tmp_path, *extra), cuda=False, world_size=1)
 
 
-def test_preflight_unwritable_save_folder_and_cpu_strategy(tmp_path):
+def test_preflight_unwritable_save_folder(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(OLMoConfigurationError, match=r"save_folder=.*file/run is not writable"):
         preflight(_config(tmp_path, f"save_folder={tmp_path / 'file/run'}"), cuda=False, world_size=1)
-    cfg = _config(tmp_path, "distributed_strategy=fsdp")
-    preflight(cfg, cuda=False, world_size=1)
-    assert cfg.distributed_strategy == "ddp" and cfg.ddp is not None
 
 
 def test_stage1_init_from_an_http_url(stage1, tmp_path, device):

@@ -1,6 +1,8 @@
-"""The GPU-only paths (nccl, FSDP with meta init, bf16 autocast, stage-1 init through a full FSDP state dict).
+"""What only a GPU runs: nccl, CUDA autocast (OLMo autocasts on CUDA only), flash-attn, the bf16 GEMMs of f_phi,
+and torch.compile of the rotation on CUDA. FSDP itself (sharding, wrap policies, mixed precision, sharded
+checkpoints, stage-1 init) runs on CPU in tests/test_train_fsdp.py.
 
-Skipped without CUDA: FSDP needs an accelerator. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py`.
+Skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py` (or `bench/gpu_check.sh`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from .training import STAGE1, STAGE2_REPO, small, subprocess_env, train_command, write_corpus
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FSDP, nccl, bf16)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (nccl, autocast, compile)")
 
 GPU = dict(
     distributed_strategy="fsdp",
@@ -31,7 +33,7 @@ def _run(cmd: list[str]) -> str:
     return result.stdout
 
 
-def test_fsdp_stage1_then_repo_stage2(tmp_path):
+def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     data = write_corpus(tmp_path / "data")
     _run(train_command(STAGE1, small(data, tmp_path / "stage1", **GPU)))
     stage1 = tmp_path / "stage1/step3-unsharded"
@@ -92,3 +94,27 @@ def test_repo_model_with_flash_attention_matches_sdpa_in_bf16():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits[flash] = model(ids).logits.float()
     torch.testing.assert_close(logits[True], logits[False], rtol=2e-2, atol=2e-2)
+
+
+def test_rotation_runs_compiled_on_cuda_and_matches_float64():
+    from olmo_repo.rope import _COMPILED, inv_frequencies, rotate_qk
+
+    q, k = torch.randn(2, 4, 64, 32, device="cuda"), torch.randn(2, 4, 64, 32, device="cuda")
+    z = (torch.randn(2, 4, 64, device="cuda") * 100).requires_grad_()
+    inv_freq = inv_frequencies(32, 500_000.0, torch.device("cuda"))
+    q.requires_grad_()
+    out = rotate_qk(q, k, z, inv_freq)  # CUDA tensors: compiled by default
+    assert all(c.compiled is not None and not c.failed for c in _COMPILED)
+    grads = torch.autograd.grad(sum(o.sum() for o in out), (q, z))
+    q64, z64 = q.detach().double().requires_grad_(), z.detach().double().requires_grad_()
+    exact = rotate_qk(q64, k.double(), z64, inv_freq.double(), compiled=False)
+    exact_grads = torch.autograd.grad(sum(o.sum() for o in exact), (q64, z64))
+    # fp32 angles z * inv_freq are off by up to u * |angle|, which moves cos/sin by as much: errors of about
+    # u * (1 + max|angle|) * max|x| per element (u = 2^-24), and d/2 such terms summed in dL/dz.
+    u, angle = 2.0**-24, z.abs().max().item() * inv_freq.max().item()
+    for a, b in zip(out, exact):
+        assert (a.double() - b).abs().max() <= 4 * u * (1 + angle) * b.abs().max()
+    assert (grads[0].double() - exact_grads[0]).abs().max() <= 4 * u * (1 + angle) * 2
+    assert (grads[1].double() - exact_grads[1]).abs().max() <= 4 * u * (1 + angle) * 32 * exact_grads[
+        1
+    ].abs().max()

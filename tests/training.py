@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -66,3 +68,29 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         **extra,
     }
+
+
+def losses(save_folder: Path) -> dict[int, float]:
+    """{step: training loss} from save_folder/metrics.jsonl; a step logged again after a resume: the later."""
+    records = [json.loads(line) for line in (save_folder / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/CrossEntropyLoss"] for r in records if "train/CrossEntropyLoss" in r}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(script: Path, args: list[str], nproc: int = 2) -> list[str]:
+    """`torchrun --nproc_per_node=nproc script args` on a free loopback port."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_port",
+        str(free_port()),
+        str(script),
+        *args,
+    ]
