@@ -334,7 +334,7 @@ class RepoTrainer(Trainer):
         barrier()
 
     def train_step(self, batch: dict[str, Any], reduce_global_loss: bool = True) -> dict[str, float]:
-        metrics = self._train_step(batch, reduce_global_loss)
+        metrics = self._train_step_with_positions(batch, reduce_global_loss)
         # OLMo's loop asks `check_if_cancelled` only every `canceled_check_interval` steps; a stop must come
         # within one step, so on a stop request the loop is made to ask at this very step.
         if synchronize_flag(STOP_REQUESTED.is_set(), self.device):
@@ -360,7 +360,7 @@ class RepoTrainer(Trainer):
         log.warning("SIGUSR1: saving a checkpoint at step %d and stopping", self.global_step)
         return True, 0  # no extra steps: the checkpoint is the last step trained
 
-    def _train_step(self, batch: dict[str, Any], reduce_global_loss: bool) -> dict[str, float]:
+    def _train_step_with_positions(self, batch: dict[str, Any], reduce_global_loss: bool) -> dict[str, float]:
         if not reduce_global_loss:  # not a log step
             return super().train_step(batch, reduce_global_loss)
         stats: dict[str, float] = {}
