@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
-SYSTEM_DEPS := chromium:chromium
+SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
 .PHONY: install system-deps test lint demo bench clean
 

@@ -10,7 +10,9 @@ A layer uses `pe_mode` when it is selected, and stock RoPE otherwise. A layer is
     N2R1 (16 layers)      pe_mode: nope, pe_layer_ids: [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15]
 
 The reference fork's keys (`model.dynamic_pe_mode`, `model.dynamic_pe_start_layer`,
-`model.dynamic_pe_layer_ids`, top-level `data_prefix`) load too and mean the same thing.
+`model.dynamic_pe_layer_ids`, top-level `data_prefix`) load too and mean the same thing. As in the reference
+fork, `data_prefix` is a local copy of http://olmo-data.org: the official configs name their data by URL, and
+with `data_prefix` set those files are read from the copy instead.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from olmo.config import BlockType, ModelConfig, TrainConfig
+from olmo.aliases import PathOrStr
+from olmo.config import BlockType, DataConfig, ModelConfig, TrainConfig
 from olmo.exceptions import OLMoConfigurationError
 from olmo.util import StrEnum
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 
 __all__ = ["PositionMode", "RepoModelConfig", "RepoTrainConfig", "layer_modes", "repo_layer_ids"]
+
+OLMO_DATA_URL = "http://olmo-data.org"
+"""Where the released OLMo-2 configs (and so the official ones here) read their data from."""
 
 
 class PositionMode(StrEnum):
@@ -129,7 +135,24 @@ class RepoTrainConfig(TrainConfig):
     """The model, with the RePo keys."""
 
     data_prefix: str | None = None
-    """Free root for `${data_prefix}` interpolations in data paths (the reference configs use it)."""
+    """A local copy of http://olmo-data.org: `${data_prefix}` in data paths (the reference configs), and
+    where data paths under that URL (the official configs) are read from when set."""
+
+    @classmethod
+    def load(
+        cls,
+        path: PathOrStr,
+        overrides: list[str] | None = None,
+        key: str | None = None,
+        validate_paths: bool = True,
+    ) -> RepoTrainConfig:
+        """OLMo's `load`; then, with `data_prefix` set, data paths under `OLMO_DATA_URL` point into it."""
+        config = super().load(path, overrides, key, validate_paths)
+        if config.data_prefix is not None:
+            prefix = config.data_prefix.rstrip("/")
+            for data in [config.data] + [e.data for e in config.evaluators]:
+                _read_olmo_data_from(data, prefix)
+        return config
 
     @classmethod
     def update_legacy_settings(cls, config: Any) -> Any:
@@ -137,6 +160,18 @@ class RepoTrainConfig(TrainConfig):
         if om.is_dict(config) and "model" in config:
             config.model = _translate_reference_keys(config.model, prefix="model.")
         return config
+
+
+def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:
+    def local(path: str) -> str:
+        return prefix + path[len(OLMO_DATA_URL) :] if path.startswith(OLMO_DATA_URL + "/") else path
+
+    if data.paths:
+        data.paths = [local(p) for p in data.paths]
+    if data.datasets:
+        data.datasets = {label: [local(p) for p in paths] for label, paths in data.datasets.items()}
+    if data.label_mask_paths:
+        data.label_mask_paths = [local(p) for p in data.label_mask_paths]
 
 
 def _translate_reference_keys(model: Any, prefix: str) -> Any:

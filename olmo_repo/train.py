@@ -14,10 +14,13 @@ reset flags, and resuming from the latest checkpoint. Deltas from the stock scri
   unreachable s3 `remote_save_folder`, GPU-only settings and sharded checkpointers that fail on torch 2.13.
 - Resume is automatic, as if `try_load_latest_save` were set: the latest checkpoint in `save_folder`, else
   in `remote_save_folder`, else `load_path`. Rerunning a finished run does nothing.
+- SIGUSR1 (SLURM's `--signal` before the time limit) stops the run after the current step with a
+  checkpoint, on every rank at the same step; under SLURM rank 0 then requeues the job, which resumes.
 - DDP accepts any `init_device` (stock: `cuda` only). DDP, and FSDP without meta init, materialise and
   initialise the whole model before the wrap (stock FSDP initialises after it, shard by shard).
 - `RepoTrainer`: stage-1 initialisation (`RepoCheckpointer`), the spread of the predicted positions per
-  RePo layer at the log interval, and every logged step as a JSON line in `save_folder/metrics.jsonl`.
+  RePo layer at the log interval, every logged step as a JSON line in `save_folder/metrics.jsonl`, and the
+  SIGUSR1 stop.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ import json
 import logging
 import os
 import pathlib
+import signal
 import socket
+import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -64,6 +70,7 @@ from olmo.torch_util import (
     get_local_world_size,
     get_world_size,
     seed_all,
+    synchronize_flag,
 )
 from olmo.train import Trainer
 from olmo.util import (
@@ -105,6 +112,9 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 _POSITIONS = "train/positions/"
+
+STOP_REQUESTED = threading.Event()
+"""Set by SIGUSR1 (handler installed by `train`): save a checkpoint after the current step and stop."""
 
 
 _STOCK_SET_STATE_DICT_TYPE = FSDP.set_state_dict_type
@@ -403,8 +413,14 @@ class RepoTrainer(Trainer):
     - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
       join the metrics (W&B, metrics.jsonl; not the console) as `train/positions/layer{i}/{min,max,std}`;
     - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
+    - after every step the ranks agree whether rank 0 got SIGUSR1 (`STOP_REQUESTED`); if so, OLMo's cancel
+      path ends the run at this step, `stopped_on_signal` is set, and `fit` makes sure a checkpoint of this
+      step exists (OLMo's path writes none under DDP without `save_interval_unsharded`);
     - `close` finishes W&B without the `quiet` argument that current wandb lacks.
     """
+
+    stopped_on_signal: bool = False
+    _stop_interval: int | None = None  # the configured canceled_check_interval while a stop is pending
 
     def restore_checkpoint(
         self, load_path: PathOrStr, *, checkpoint_type: CheckpointType | None = None, **kwargs: Any
@@ -434,6 +450,33 @@ class RepoTrainer(Trainer):
         barrier()
 
     def train_step(self, batch: dict[str, Any], reduce_global_loss: bool = True) -> dict[str, float]:
+        metrics = self._train_step_with_positions(batch, reduce_global_loss)
+        # OLMo's loop asks `check_if_cancelled` only every `canceled_check_interval` steps; a stop must come
+        # within one step, so on a stop request the loop is made to ask at this very step.
+        if synchronize_flag(STOP_REQUESTED.is_set(), self.device):
+            self._stop_interval = self.cfg.canceled_check_interval
+            self.cfg.canceled_check_interval = 1
+        return metrics
+
+    def fit(self) -> None:
+        super().fit()
+        if self.stopped_on_signal and self.global_step not in (
+            self.last_sharded_checkpoint_step,
+            self.last_unsharded_checkpoint_step,
+        ):
+            log.info("Saving unsharded checkpoint...")
+            path, _ = self.save_checkpoint(CheckpointType.unsharded)
+            log.info("Unsharded checkpoint saved to %s", path)
+
+    def check_if_cancelled(self) -> tuple[bool, int]:
+        if self._stop_interval is None:
+            return super().check_if_cancelled()
+        self.cfg.canceled_check_interval = self._stop_interval  # before the checkpoint saves the config
+        self.stopped_on_signal = True
+        log.warning("SIGUSR1: saving a checkpoint at step %d and stopping", self.global_step)
+        return True, 0  # no extra steps: the checkpoint is the last step trained
+
+    def _train_step_with_positions(self, batch: dict[str, Any], reduce_global_loss: bool) -> dict[str, float]:
         if not reduce_global_loss:  # not a log step
             return super().train_step(batch, reduce_global_loss)
         stats: dict[str, float] = {}
@@ -680,8 +723,11 @@ def _finished(trainer: RepoTrainer) -> bool:
     return trainer.global_step > 0 and trainer.global_step >= min(stop_at, trainer.max_steps)
 
 
-def main(cfg: TrainConfig, device: torch.device) -> None:
-    """Train `cfg` on `device` in the current process group (the body of `scripts/train.py`)."""
+def main(cfg: TrainConfig, device: torch.device) -> bool:
+    """Train `cfg` on `device` in the current process group (the body of `scripts/train.py`).
+
+    Returns whether the run stopped on SIGUSR1 before its end (with a checkpoint to resume from).
+    """
     preflight(cfg, cuda=device.type == "cuda", world_size=get_world_size())
     with build_trainer(cfg, device) as trainer:
         if cfg.dry_run:
@@ -691,17 +737,41 @@ def main(cfg: TrainConfig, device: torch.device) -> None:
         else:
             log.info("Starting training...")
             trainer.fit()
+            if trainer.stopped_on_signal and not _finished(trainer):
+                return True
             log.info("Training complete")
+    return False
+
+
+def _requeue() -> None:
+    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job is None:
+        log.info("Stopped on SIGUSR1: rerun the same command to resume")
+        return
+    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode != 0:
+        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
 
 
 def train(config_path: str, overrides: Sequence[str]) -> None:
-    """`scripts/train.py CONFIG [--key=value ...]`: load the config with CLI overrides and train."""
+    """`scripts/train.py CONFIG [--key=value ...]`: load the config with CLI overrides and train.
+
+    SIGUSR1 at any time makes the run stop with a checkpoint after the current step; under SLURM rank 0 then
+    requeues the job, once every rank is done.
+    """
+    signal.signal(signal.SIGUSR1, lambda signum, frame: STOP_REQUESTED.set())
     patch_torch_for_olmo()
     device = init_distributed()
     prepare_cli_environment()
     add_cached_path_clients()
     cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
+    rank = get_global_rank()
     try:
-        main(cfg, device)
+        stopped = main(cfg, device)
+        barrier()
     finally:
         dist.destroy_process_group()
+    if stopped and rank == 0:
+        _requeue()

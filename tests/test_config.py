@@ -103,6 +103,22 @@ def test_reference_fork_config_means_repo_from_layer_5():
     assert config.data_prefix == "/home/huayang_sakana_ai/workspace/olmo_data"
 
 
+def test_data_prefix_is_a_local_copy_of_olmo_data_org(tmp_path):
+    over_http = RepoTrainConfig.load(CONFIGS / "official-1B-repo.yaml", validate_paths=False)
+    assert over_http.data.paths and all(p.startswith("http://olmo-data.org/") for p in over_http.data.paths)
+    local = RepoTrainConfig.load(
+        CONFIGS / "official-1B-repo.yaml", ["data_prefix=/data/olmo-data/"], validate_paths=False
+    )
+    assert local.data.paths == [
+        p.replace("http://olmo-data.org", "/data/olmo-data") for p in over_http.data.paths
+    ]
+    local.save(tmp_path / "config.yaml")  # what a run saves, and loads again on resume: unchanged
+    assert RepoTrainConfig.load(tmp_path / "config.yaml", validate_paths=False).data.paths == local.data.paths
+    # Configs that write ${data_prefix} into their paths (the tiny ones, the reference fork's) use it as the root.
+    tiny = RepoTrainConfig.load(CONFIGS / "tiny-stage2-repo.yaml", ["data_prefix=/d"])
+    assert (tiny.data.paths, tiny.evaluators[0].data.paths) == (["/d/stage2.npy"], ["/d/val.npy"])
+
+
 @pytest.mark.parametrize(
     "keys, expected",
     [

@@ -21,6 +21,7 @@ from .training import (
     TRAIN_SCRIPT,
     cli,
     small,
+    stop_with_sigusr1,
     subprocess_env,
     train_command,
     write_corpus,
@@ -77,6 +78,21 @@ def test_killed_run_resumes_with_identical_losses(tmp_path):
     assert {s: expected[s] for s in resumed} == resumed  # exact float equality, fp32 on CPU
     # Rerunning a finished run does nothing.
     assert "Nothing to do" in _run(cmd).stdout
+
+
+def test_sigusr1_stops_with_a_checkpoint_and_the_rerun_continues(tmp_path):
+    """What SLURM's --signal does before the time limit; tests/test_slurm.py checks the same under SLURM (requeue,
+    losses). Without a save interval the stop still writes a checkpoint (OLMo's cancel path writes none then)."""
+    data = write_corpus(tmp_path / "data")
+    run = tmp_path / "run"
+    cmd = train_command(STAGE1, small(data, run, max_duration=40, stop_at=40, save_interval_unsharded="null"))
+    stopped, output = stop_with_sigusr1(cmd, run)
+    assert stopped < 40 and "rerun the same command to resume" in output
+    assert (run / f"step{stopped}-unsharded/model.pt").is_file()
+    logged_before = len((run / "metrics.jsonl").read_text().splitlines())
+
+    assert f"Resuming from {run}/step{stopped}-unsharded" in _run(cmd).stdout
+    assert sorted(_losses(run, skip=logged_before)) == list(range(stopped + 1, 41))
 
 
 def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):

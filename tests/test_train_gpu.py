@@ -1,6 +1,7 @@
 """What only a GPU runs: nccl, CUDA autocast (OLMo autocasts on CUDA only), flash-attn, the bf16 GEMMs of f_phi,
-and torch.compile of the rotation on CUDA. FSDP itself (sharding, wrap policies, mixed precision, sharded
-checkpoints, stage-1 init) runs on CPU in tests/test_train_fsdp.py.
+torch.compile of the rotation on CUDA, and FSDP with meta init and the sharded checkpoint that SIGUSR1 writes.
+FSDP itself (sharding, wrap policies, mixed precision, sharded checkpoints, stage-1 init) runs on CPU in
+tests/test_train_fsdp.py.
 
 Skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py` (or `bench/gpu_check.sh`).
 """
@@ -13,7 +14,15 @@ import subprocess
 import pytest
 import torch
 
-from .training import STAGE1, STAGE2_REPO, small, subprocess_env, train_command, write_corpus
+from .training import (
+    STAGE1,
+    STAGE2_REPO,
+    small,
+    stop_with_sigusr1,
+    subprocess_env,
+    train_command,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (nccl, autocast, compile)")
 
@@ -46,6 +55,26 @@ def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     # The stage-2 checkpoint holds the stage-1 base tensors moved by 3 steps and the RePo weights.
     weights = torch.load(tmp_path / "stage2/step3-unsharded/model.pt", weights_only=True)
     assert "transformer.blocks.1.gate_map.weight" in weights
+
+
+def test_fsdp_run_stopped_by_sigusr1_saves_a_sharded_checkpoint_and_resumes(tmp_path):
+    """FSDP takes OLMo's other cancel branch: a sharded checkpoint at the stop step (as with the official configs,
+    which keep no periodic sharded checkpoints: save_num_checkpoints_to_keep=0)."""
+    data = write_corpus(tmp_path / "data")
+    save = tmp_path / "run"
+    steps = dict(
+        max_duration=2000, stop_at=2000, save_interval_unsharded="null", save_num_checkpoints_to_keep=0
+    )
+    cmd = train_command(STAGE1, small(data, save, **{**GPU, **steps}))
+    stopped, output = stop_with_sigusr1(cmd, save)
+    assert 0 < stopped < 2000 and "rerun the same command to resume" in output
+    assert (save / f"step{stopped}").is_dir() and not (save / f"step{stopped}-unsharded").exists()
+
+    logged_before = len((save / "metrics.jsonl").read_text().splitlines())
+    resumed = _run(cmd)  # the same command again
+    assert f"Resuming from {save}/step{stopped} (latest" in resumed
+    records = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()[logged_before:]]
+    assert [r["step"] for r in records if "train/CrossEntropyLoss" in r] == list(range(stopped + 1, 2001))
 
 
 def test_f_phi_projections_are_bf16_gemms_with_fp32_results_on_cuda():

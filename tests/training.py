@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +98,23 @@ def torchrun_command(script: Path, args: list[str], nproc: int = 2) -> list[str]
         str(script),
         *args,
     ]
+
+
+def stop_with_sigusr1(cmd: list[str], save_folder: Path) -> tuple[int, str]:
+    """Run `cmd` (one process), send it SIGUSR1 once it has logged a training step, and wait for it to stop.
+
+    Returns the step its stop message names and its output; asserts that it exited cleanly.
+    """
+    log_path = save_folder.parent / f"{save_folder.name}-stopped.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not (save_folder / "metrics.jsonl").is_file() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no training step logged"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGUSR1)  # training has started, so the handler is in place
+        code = proc.wait(timeout=300)
+    output = log_path.read_text()
+    assert code == 0, output[-4000:]
+    (step,) = map(int, re.findall(r"SIGUSR1: saving a checkpoint at step (\d+) and stopping", output))
+    return step, output

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The body of the sbatch scripts beside it: one torchrun per node of the job, joined by a rendezvous on the
+# job's first node, running scripts/train.py. Run from the repository root, inside a job:
+#   scripts/slurm/launch.sh NPROC_PER_NODE CONFIG [--key=value ...]
+# DATA_PREFIX and SAVE_FOLDER, when set, become --data_prefix and --save_folder (arguments win over them).
+#
+# SIGUSR1 (sbatch --signal=USR1@SECONDS, or `scancel --signal=USR1 JOBID`) reaches every process of the job:
+# torchrun ignores it, the training saves a checkpoint after the current step and requeues the job. A kill
+# (preemption, `scontrol requeue`, node failure) requeues a --requeue job too. Either way the requeued job
+# runs this again and resumes from the latest checkpoint in save_folder.
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 NPROC_PER_NODE CONFIG [--key=value ...]" >&2; exit 2; }
+[ -f scripts/train.py ] || { echo "$0: run from the repository root (submit with sbatch from there)" >&2; exit 2; }
+nproc=$1 config=$2
+shift 2
+[ -z "${SAVE_FOLDER:-}" ] || set -- "--save_folder=$SAVE_FOLDER" "$@"
+[ -z "${DATA_PREFIX:-}" ] || set -- "--data_prefix=$DATA_PREFIX" "$@"
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
+echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST:" \
+  "$config $*"
+
+# srun does not pass sbatch's --cpus-per-task on to the step (SLURM >= 22.05): say it again.
+srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+  bash -c 'trap "" USR1 && exec "$@"' torchrun .venv/bin/torchrun \
+  --nnodes="$SLURM_NNODES" --nproc_per_node="$nproc" \
+  --rdzv_backend=c10d --rdzv_endpoint="$head_node:$port" --rdzv_id="$SLURM_JOB_ID" \
+  scripts/train.py "$config" "$@"
