@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+from transformers import AutoModel, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo2Model
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from olmo_repo import (
@@ -27,8 +28,10 @@ from olmo_repo import (
     predict_positions,
 )
 from olmo_repo.checkpoint import load_model
-from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.config import _REFERENCE_MODES
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model
 from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
+from olmo_repo.hf.configuration_repo_olmo2 import REFERENCE_MODES
 from olmo_repo.hf.convert import (
     _staged_dir,
     as_hf_dir,
@@ -377,42 +380,115 @@ def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "overrides, pe_config",
-    [
-        (
-            dict(pe_mode="repo", pe_start_layer=1),
-            {
-                "dynamic_pe_mode": "swigluex_multihead",
-                "dynmaic_pe_start_layer": 1,
-                "dynmaic_pe_layer_ids": "",
-            },
-        ),
-        (
-            dict(pe_mode="repo", pe_layer_ids=[1, 3]),
-            {
-                "dynamic_pe_mode": "swigluex_multihead",
-                "dynmaic_pe_start_layer": 0,
-                "dynmaic_pe_layer_ids": "1,3",
-            },
-        ),
-        (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
-    ],
-)
-def test_reference_format_imports(tmp_path, tokenizer_file, overrides, pe_config):
+REFERENCE_CASES = {
+    "repo from layer 1": (
+        dict(pe_mode="repo", pe_start_layer=1),
+        # its converter writes both spellings; its model reads the misspelled ones
+        {
+            "dynamic_pe_mode": "swigluex_multihead",
+            "dynmaic_pe_start_layer": 1,
+            "dynmaic_pe_layer_ids": "",
+            "dynamic_pe_start_layer": 1,
+            "dynamic_pe_layer_ids": "",
+        },
+    ),
+    "repo in layers 1,3": (
+        dict(pe_mode="repo", pe_layer_ids=[1, 3]),
+        {"dynamic_pe_mode": "swigluex_multihead", "dynmaic_pe_start_layer": 0, "dynmaic_pe_layer_ids": "1,3"},
+    ),
+    "nope": (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
+    # Only the correctly spelled keys: the reference's model ignores them and puts RePo in every layer.
+    "correct spelling only": (
+        dict(pe_mode="repo"),
+        {"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 2, "dynamic_pe_layer_ids": "2"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCE_CASES))
+def test_reference_format_loads_through_every_route(tmp_path, tokenizer_file, case):
+    """A reference-format directory: the project's HF classes and the Auto classes (after `import
+    olmo_repo.hf`) read its pe_config like the reference's model, and both converters take it."""
+    overrides, pe_config = REFERENCE_CASES[case]
     _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, **overrides)
     ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    modes = [str(m) for m in layer_modes(olmo.config)]
     config = read_hf_config(ref)
-    assert isinstance(config, RepoOlmo2Config)
-    assert config.layer_modes() == [str(m) for m in layer_modes(olmo.config)]
-    out = convert_to_hf(ref, tmp_path / "hf", tokenizer=str(tokenizer_file))
-    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert isinstance(config, RepoOlmo2Config) and config.layer_modes() == modes
     ids = _ids()
-    with torch.no_grad():
-        _assert_same_logits(hf(ids).logits, olmo, ids, f"reference import, {pe_config['dynamic_pe_mode']}")
+    routes = {
+        "RepoOlmo2ForCausalLM": lambda: RepoOlmo2ForCausalLM.from_pretrained(ref),
+        "AutoModelForCausalLM": lambda: AutoModelForCausalLM.from_pretrained(ref),
+        "converted": lambda: AutoModelForCausalLM.from_pretrained(
+            convert_to_hf(ref, tmp_path / "hf", tokenizer=str(tokenizer_file))
+        ),
+    }
+    for route, load in routes.items():
+        hf = load().eval()
+        assert type(hf) is RepoOlmo2ForCausalLM and hf.config.layer_modes() == modes, route
+        with torch.no_grad():
+            _assert_same_logits(hf(ids).logits, olmo, ids, f"{case} through {route}")
+    base = AutoModel.from_pretrained(ref)
+    assert type(base) is RepoOlmo2Model and base.config.layer_modes() == modes
     # ... and the same directory also converts straight to an OLMo checkpoint.
     back = load_model(convert_from_hf(ref, tmp_path / "back"))
     assert torch.equal(back(ids).logits, olmo(ids).logits)
+
+
+@pytest.mark.parametrize(
+    "overrides, pe_config, message",
+    [
+        (  # weights in layers 1..3, the misspelled key that the reference's model reads says from 2
+            dict(pe_mode="repo", pe_start_layer=1),
+            {
+                "dynamic_pe_mode": "swigluex_multihead",
+                "dynmaic_pe_start_layer": 2,
+                "dynamic_pe_start_layer": 1,
+            },
+            r"the weights carry RePo \(gate_map/content_map/final_map\) in layers \[1, 2, 3\], but pe_config "
+            r"selects repo in layers \[2, 3\] "
+            r"\(dynamic_pe_mode='swigluex_multihead', dynmaic_pe_start_layer=2, dynmaic_pe_layer_ids=''",
+        ),
+        (  # RePo weights, but a config without RePo layers
+            dict(pe_mode="repo", pe_start_layer=1),
+            {"dynamic_pe_mode": "none"},
+            r"in layers \[1, 2, 3\], but pe_config selects no RePo layer",
+        ),
+        (  # NoPE in the config, RePo weights in the checkpoint
+            dict(pe_mode="repo", pe_start_layer=1),
+            {"dynamic_pe_mode": "nope"},
+            r"in layers \[1, 2, 3\], but pe_config selects nope in layers \[0, 1, 2, 3\]",
+        ),
+    ],
+)
+def test_reference_weights_and_pe_config_must_agree(tmp_path, tokenizer_file, overrides, pe_config, message):
+    """The layers that carry RePo weights are the truth: a pe_config that selects others fails on every
+    route with one error naming both (not a missing/unexpected weights list or a silently wrong model)."""
+    _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, **overrides)
+    ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    for load in (
+        lambda: RepoOlmo2ForCausalLM.from_pretrained(ref),
+        lambda: AutoModelForCausalLM.from_pretrained(ref),
+        lambda: AutoModel.from_pretrained(ref),
+        lambda: convert_to_hf(ref, tmp_path / "hf"),
+        lambda: convert_from_hf(ref, tmp_path / "back"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(ref))}: .*{message}"):
+            load()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "ref"]
+
+
+def test_reference_modes_agree_with_the_olmo_config():
+    assert REFERENCE_MODES == {k: str(v) for k, v in _REFERENCE_MODES.items()}
+
+
+def test_stock_olmo2_directories_still_load_as_stock_olmo2(tmp_path, tokenizer_file):
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    assert json.loads((hf_dir / "config.json").read_text())["model_type"] == "olmo2"
+    assert type(AutoModelForCausalLM.from_pretrained(hf_dir)) is Olmo2ForCausalLM
+    assert type(AutoModel.from_pretrained(hf_dir)) is Olmo2Model
+    assert type(AutoModelForCausalLM.from_config(Olmo2Config(num_hidden_layers=1))) is Olmo2ForCausalLM
 
 
 def test_hf_layer_selection_agrees_with_olmo():
