@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from olmo.exceptions import OLMoCheckpointError
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo2Model
@@ -579,6 +580,42 @@ def test_unsupported_inputs_fail_with_one_clear_error(tmp_path, tokenizer_file):
     with pytest.raises(ValueError, match="nope_tokenizer"):
         convert_to_hf(ckpt, tmp_path / "hf2", tokenizer="nope_tokenizer")
     assert not (tmp_path / "back").exists() and not (tmp_path / "hf2").exists()
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_truncated_weights_fail_with_one_line_naming_the_file(tmp_path, tokenizer_file, capsys):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    _truncate(ckpt / "model.pt")
+    _truncate(hf_dir / "model.safetensors")
+    capsys.readouterr()
+    for main, source in ((convert_to_hf_main, ckpt), (convert_from_hf_main, hf_dir)):
+        assert main(["--input", str(source), "--output", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err  # progress bars, then one line
+        name = "model.pt" if source == ckpt else "model.safetensors"
+        assert "Traceback" not in err and err.endswith("restore it from a copy or re-create it\n"), err
+        assert err.splitlines()[-1].startswith(f"error: {source / name} cannot be read, truncated"), err
+    with pytest.raises(OLMoCheckpointError, match=r"model\.pt cannot be read, truncated"):
+        load_model(ckpt)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_converted_folders_follow_the_umask(tmp_path, tokenizer_file, umask):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="nope")
+    old = os.umask(umask)
+    try:
+        outputs = [convert_to_hf(ckpt, tmp_path / "hf")]
+        outputs.append(convert_from_hf(outputs[0], tmp_path / "back"))
+    finally:
+        os.umask(old)
+    for out in outputs:
+        assert out.stat().st_mode & 0o777 == 0o777 & ~umask, out
+        for file in out.iterdir():
+            assert file.stat().st_mode & 0o777 == 0o666 & ~umask, file
 
 
 def test_scripts_explain_every_flag(capsys):

@@ -43,6 +43,7 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
+from ..checkpoint import require_intact
 from ..config import PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes
 from ..registry import build_model
 from .configuration_repo_olmo2 import RepoOlmo2Config, weight_names
@@ -293,6 +294,7 @@ def _read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
         raise FileNotFoundError(f"{hf_dir} has no *.safetensors or pytorch_model*.bin weights")
     state_dict: dict[str, Tensor] = {}
     for file in tqdm(files, desc="reading HF weights", unit="file"):
+        require_intact(file)
         shard = (
             load_file(file)
             if file.suffix == ".safetensors"
@@ -330,6 +332,7 @@ def _staged_dir(output: PathOrStr, force: bool) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         yield staging
+        _apply_umask(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -340,6 +343,15 @@ def _staged_dir(output: PathOrStr, force: bool) -> Iterator[Path]:
         shutil.rmtree(old)
     else:
         staging.rename(output)
+
+
+def _apply_umask(root: Path) -> None:
+    """Give the output the permissions of anything else the user creates: mkdtemp makes the folder 0700, and
+    transformers writes safetensors through a private temporary file (0600), whatever the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _check_distinct(input: PathOrStr, output: PathOrStr) -> None:
@@ -437,6 +449,7 @@ def convert_to_hf(
     model_config.init_device = "meta"
     olmo = build_model(model_config)
     local = resource_path(input, "model.pt")
+    require_intact(local)
     state_dict = torch.load(local, map_location="cpu", weights_only=True, mmap=True)
     state_dict = olmo._make_state_dict_compatible(state_dict)[0]
     _check_against(state_dict, olmo.state_dict(), "OLMo checkpoint")
