@@ -451,16 +451,19 @@ def _check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
 
 
 def _check_load_path_files(cfg: TrainConfig) -> None:
-    """A local load_path holds intact copies of the files the load will read, before anything is written."""
+    """A local load_path holds intact copies of the files the load will read (unsharded: model.pt, and
+    optim.pt and train.pt unless reset; sharded: every *.pt present), before anything is written."""
     if cfg.load_path is None or is_url(cfg.load_path) or not Path(cfg.load_path).is_dir():
         return
-    resets = {"optim.pt": "reset_optimizer_state", "train.pt": "reset_trainer_state"}
-    needed = ["model.pt"] + [name for name, reset in resets.items() if not getattr(cfg, reset)]
-    for name in needed[1:]:
-        if not (Path(cfg.load_path) / name).is_file():
-            raise OLMoCheckpointError(
-                f"{cfg.load_path} has no {name}: pass --{resets[name]}=true to start it fresh"
-            )
+    needed: list[str] = []
+    if _is_unsharded(cfg.load_path):
+        resets = {"optim.pt": "reset_optimizer_state", "train.pt": "reset_trainer_state"}
+        needed = ["model.pt"] + [name for name, reset in resets.items() if not getattr(cfg, reset)]
+        for name in needed[1:]:
+            if not (Path(cfg.load_path) / name).is_file():
+                raise OLMoCheckpointError(
+                    f"{cfg.load_path} has no {name}: pass --{resets[name]}=true to start it fresh"
+                )
     if problems := checkpoint_problems(cfg.load_path, tuple(needed)):
         raise OLMoCheckpointError(
             f"load_path={cfg.load_path} cannot be loaded: {'; '.join(problems)}. Restore the file from a copy "

@@ -15,8 +15,9 @@ import pytest
 import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
+from olmo_repo import RepoTrainConfig
 from olmo_repo.checkpoint import latest_intact_checkpoint
-from olmo_repo.train import init_distributed, patch_torch_for_olmo
+from olmo_repo.train import _check_load_path_files, init_distributed, patch_torch_for_olmo
 
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, subprocess_env, train_command, write_corpus
 
@@ -137,6 +138,16 @@ def test_a_truncated_load_path_file_fails_with_one_line_before_anything_is_writt
     ):
         make_trainer(STAGE2_REPO, small(data, save, load_path=broken), device)
     assert not save.exists() or not any(save.iterdir())
+
+
+def test_a_sharded_load_path_needs_no_model_pt_but_intact_shards(tmp_path):
+    cfg = RepoTrainConfig(load_path=str(tmp_path / "step4"))
+    (tmp_path / "step4/train").mkdir(parents=True)
+    torch.save({"x": torch.zeros(100)}, tmp_path / "step4/train/rank0.pt")
+    _check_load_path_files(cfg)
+    _truncate(tmp_path / "step4/train/rank0.pt")
+    with pytest.raises(OLMoCheckpointError, match=r"step4/train/rank0\.pt: truncated"):
+        _check_load_path_files(cfg)
 
 
 def _closed_port() -> int:
