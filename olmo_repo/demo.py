@@ -94,17 +94,31 @@ class DemoFolder:
     marker file, so that a rerun removes exactly the previous demo's outputs and nothing a user put there."""
 
     MARKER = ".olmo-repo-demo"
+    # What demos wrote before the marker existed: such a folder is a previous demo's too.
+    UNMARKED = {
+        "data",
+        "stage1-rope",
+        "stage2-repo",
+        "stage2-rope",
+        "stage1-rope.log",
+        "stage2-repo.log",
+        "stage2-rope.log",
+    }
 
     def __init__(self, path: Path):
         self.path, marker = path, path / self.MARKER
         if path.exists() and not path.is_dir():
             sys.exit(f"{path} is a file: pass a folder for the demo's outputs")
-        if path.is_dir() and any(path.iterdir()) and not marker.is_file():
+        present = {p.name for p in path.iterdir()} if path.is_dir() else set()
+        if marker.is_file():
+            self.entries: list[str] = json.loads(marker.read_text())
+        elif present <= self.UNMARKED:
+            self.entries = sorted(present)
+        else:
             sys.exit(
                 f"{path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
                 "writes a corpus and three runs there)"
             )
-        self.entries: list[str] = json.loads(marker.read_text()) if marker.is_file() else []
 
     def clear(self) -> None:
         """Remove what a previous demo wrote here; everything else in the folder stays."""
@@ -198,7 +212,7 @@ def positions_summary(metrics: dict[str, float]) -> str:
     spans = []
     for i in layers:
         lo, hi = metrics[f"{_POSITIONS}layer{i}/min"], metrics[f"{_POSITIONS}layer{i}/max"]
-        spans.append(f"{i}:[{lo:.1f},{hi:.1f}]")
+        spans.append(f"{i}:[{lo:.2g},{hi:.2g}]")
     return " ".join(spans) or "-"
 
 

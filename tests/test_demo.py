@@ -47,6 +47,10 @@ def test_a_previous_demos_outputs_are_replaced_and_nothing_else(tmp_path):
     again.clear()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".olmo-repo-demo", "notes.txt"]
     assert json.loads((tmp_path / "demo/.olmo-repo-demo").read_text()) == []
+    (tmp_path / "old/stage1-rope").mkdir(parents=True)  # a demo's folder from before the marker
+    (tmp_path / "old/stage1-rope.log").write_text("log")
+    DemoFolder(tmp_path / "old").clear()
+    assert [p.name for p in (tmp_path / "old").iterdir()] == [".olmo-repo-demo"]
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit, match="is a file"):
         DemoFolder(tmp_path / "file")
@@ -59,4 +63,4 @@ def test_positions_column_shows_every_repo_layer():
         record.update(
             {f"train/positions/layer{layer}/{k}": v for k, v in (("min", lo), ("max", hi), ("std", 1))}
         )
-    assert positions_summary(record) == "1:[-0.0,0.3] 2:[-1.0,1.0] 3:[-2.0,5.2]"
+    assert positions_summary(record) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"

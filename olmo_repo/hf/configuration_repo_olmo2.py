@@ -34,6 +34,7 @@ __all__ = [
     "REFERENCE_MODES",
     "ROPE_TYPES",
     "RepoOlmo2Config",
+    "hub_kwargs",
     "reference_pe_keys",
     "weight_names",
 ]
