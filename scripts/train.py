@@ -11,11 +11,16 @@ save_folder (or remote_save_folder). See README.md, section "Training".
 """
 
 import sys
+from pathlib import Path
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
+    if not Path(sys.argv[1]).is_file():  # before the imports, which take seconds
+        sys.exit(
+            f"error: config file {sys.argv[1]} does not exist (expected a YAML file such as configs/*.yaml)"
+        )
     from olmo_repo.train import train  # after --help: importing torch and OLMo takes seconds
 
     train(sys.argv[1], sys.argv[2:])

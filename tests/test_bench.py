@@ -25,6 +25,8 @@ def test_benchmark_smoke(tmp_path):
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     assert proc.stdout.startswith("profile, one step each: RoPE")
+    for phase in ("steps and decodes, 4 models: 100%", "pieces of a RePo layer: 100%"):  # progress, on stderr
+        assert phase in proc.stderr
     assert "_Rotate" in proc.stdout  # RePo's rotation shows up among the added ops
     last = proc.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"RePo/RoPE step=\d+\.\d{3} memory=\d+\.\d{3} decode=\d+\.\d{3}", last), last

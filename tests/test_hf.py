@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from olmo.exceptions import OLMoCheckpointError
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+from transformers import AutoModel, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo2Model
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from olmo_repo import (
@@ -27,8 +29,10 @@ from olmo_repo import (
     predict_positions,
 )
 from olmo_repo.checkpoint import load_model
-from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.config import _REFERENCE_MODES
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model
 from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
+from olmo_repo.hf.configuration_repo_olmo2 import REFERENCE_MODES
 from olmo_repo.hf.convert import (
     _staged_dir,
     as_hf_dir,
@@ -40,6 +44,7 @@ from olmo_repo.hf.convert import (
 from olmo_repo.hf.modeling_repo_olmo2 import RepoOlmo2Attention
 
 from .conftest import EMBEDDING, EOS, PAD, ROOT, VOCAB, make_checkpoint, tiny_config
+from .numerics import assert_within, model_roundings, rotation_roundings
 
 MODES = {
     "repo": dict(pe_mode="repo", pe_start_layer=1),
@@ -55,6 +60,15 @@ MODES = {
 
 def _ids(T: int = 24, B: int = 2) -> torch.Tensor:
     return torch.randint(0, VOCAB, (B, T))
+
+
+def _assert_same_logits(got: torch.Tensor, olmo, ids: torch.Tensor, what: str = "HF logits") -> None:
+    """HF and OLMo compute the same logits in fp32 with their own kernels: two fp32 results, each within the
+    model's rounding bound of the exact logits."""
+    with torch.no_grad():
+        expected = olmo(ids).logits
+    print(f"\nmax |{what} - OLMo logits|: {(got - expected).abs().max().item():.3g}")
+    assert_within(got, expected, roundings=2 * model_roundings(olmo.config, ids.shape[1]), what=what)
 
 
 @pytest.fixture(params=list(MODES))
@@ -80,9 +94,7 @@ def test_logits_match_olmo(converted):
         ]
     ids = _ids()
     with torch.no_grad():
-        diff = (hf(ids).logits - olmo(ids).logits).abs().max().item()
-    print(f"\nmax |HF - OLMo| logits, {mode}: {diff:.3g}")
-    assert diff <= 1e-5
+        _assert_same_logits(hf(ids).logits, olmo, ids, f"HF logits, {mode}")
 
 
 def test_output_positions_are_the_olmo_positions(converted):
@@ -97,10 +109,11 @@ def test_output_positions_are_the_olmo_positions(converted):
         base = hf.model(ids, output_positions=True)
     assert sorted(out.positions) == sorted(expected)
     assert not expected or max(z.max() - z.min() for z in expected.values()) > 10  # rotations matter here
+    roundings = 2 * model_roundings(olmo.config, 24)  # positions of a layer: the forward up to it, f_phi
     for layer, z in expected.items():
         assert out.positions[layer].shape == (2, 4, 24) and out.positions[layer].dtype == torch.float32
-        torch.testing.assert_close(out.positions[layer], z, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(base.positions[layer], z, rtol=1e-5, atol=1e-5)
+        assert_within(out.positions[layer], z, roundings=roundings, what=f"positions of layer {layer}")
+        assert_within(base.positions[layer], z, roundings=roundings, what=f"base positions of layer {layer}")
     with torch.no_grad():
         as_tuple = hf(ids, output_positions=True, return_dict=False)
     assert isinstance(as_tuple, tuple) and as_tuple[-1].keys() == expected.keys()
@@ -110,7 +123,7 @@ def test_output_positions_are_the_olmo_positions(converted):
 
 
 def test_generate_with_cache_equals_without(converted):
-    mode, _, hf_dir = converted
+    mode, olmo, hf_dir = converted
     hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
     prompt = _ids(T=8)
     kwargs = dict(max_new_tokens=16, do_sample=False, min_new_tokens=16, eos_token_id=None)
@@ -127,7 +140,8 @@ def test_generate_with_cache_equals_without(converted):
             out = hf(cached[:, t : t + 1], cache=cache, use_cache=True)
             pieces.append(out.logits)
             cache = out.cache
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+    roundings = 2 * model_roundings(olmo.config, cached.shape[1])  # differently shaped kernels
+    assert_within(torch.cat(pieces, dim=1), full, roundings=roundings, what="cached decoding")
 
 
 # --------------------------------------------------------------------------------------------- YaRN
@@ -196,7 +210,10 @@ def test_yarn_applies_to_rope_layers_and_repo_positions(tmp_path, tokenizer_file
     inv_freq, scale = _yarn_formula(16, theta, factor, original)
     assert abs(scale - (0.1 * math.log(4) + 1)) < 1e-12
     for rotary in [model.model.rotary_emb] + [layer.self_attn.rotary_emb for layer in model.model.layers[1:]]:
-        torch.testing.assert_close(rotary.inv_freq.double(), inv_freq, rtol=1e-6, atol=0)
+        # fp32 theta ** x is off by ~|ln(theta) x| eps relative; the YaRN blend rounds a few times more.
+        assert_within(
+            rotary.inv_freq, inv_freq, roundings=math.log(theta) + 4, magnitude=inv_freq, what="inv_freq"
+        )
         assert rotary.attention_scaling == pytest.approx(scale)
     assert (
         inv_freq - _yarn_formula(16, theta, 1.0, original)[0]
@@ -210,7 +227,10 @@ def test_yarn_applies_to_rope_layers_and_repo_positions(tmp_path, tokenizer_file
         cos_sin = model.model.rotary_emb(x, ids[None])
         got, _ = rope_attn(x, cos_sin, None)
         want = _attention_by_hand(rope_attn, x, ids.expand(2, 4, 40), inv_freq, scale)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # The same fp32 projections; rotation of q and k, scores over head_dim, softmax, sum over 40 tokens,
+        # o_proj over d_model.
+        roundings = 2 * rotation_roundings(ids.float(), inv_freq) + 16 + 4 + 40 + 64
+        assert_within(got, want, roundings=roundings, what="YaRN RoPE layer")
         # A RePo layer: its own predicted positions, same inv_freq and attention factor.
         repo_attn = model.model.layers[2].self_attn
         assert isinstance(repo_attn, RepoOlmo2Attention)
@@ -218,7 +238,8 @@ def test_yarn_applies_to_rope_layers_and_repo_positions(tmp_path, tokenizer_file
         assert z.abs().max() > 1.0
         got, _ = repo_attn(x, cos_sin, None)
         want = _attention_by_hand(repo_attn, x, z, inv_freq, scale)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        roundings = 2 * rotation_roundings(z, inv_freq) + 16 + 4 + 40 + 64
+        assert_within(got, want, roundings=roundings, what="YaRN RePo layer")
         # The whole model still decodes with the cache under YaRN.
         prompt = _ids(T=8)
         kwargs = dict(max_new_tokens=8, do_sample=False, min_new_tokens=8, eos_token_id=None)
@@ -278,13 +299,11 @@ def test_remote_code_loads_with_only_transformers(tmp_path, tokenizer_file):
         env=env,
     )
     got = torch.load(tmp_path / "out.pt")
-    with torch.no_grad():
-        diff = (got["logits"] - olmo(ids).logits).abs().max().item()
-    print(f"\nmax |remote-code HF - OLMo| logits, repo: {diff:.3g}")
-    assert diff <= 1e-5
+    _assert_same_logits(got["logits"], olmo, ids, "remote-code HF logits")
     expected = predict_positions(olmo, ids)
     for layer, z in expected.items():
-        torch.testing.assert_close(got["positions"][layer], z, rtol=1e-5, atol=1e-5)
+        roundings = 2 * model_roundings(olmo.config, ids.shape[1])
+        assert_within(got["positions"][layer], z, roundings=roundings, what=f"positions of layer {layer}")
     local = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
     kwargs = dict(max_new_tokens=8, do_sample=False, min_new_tokens=8, eos_token_id=None)
     assert torch.equal(got["generated"], local.generate(ids[:, :8], **kwargs))
@@ -332,7 +351,7 @@ def test_stock_hf_olmo2_converts_to_an_olmo_checkpoint(tmp_path, tokenizer_file)
     assert olmo.config.rope_theta == 500_000 and olmo.config.mlp_hidden_size == 256
     ids = _ids()
     with torch.no_grad():
-        assert (olmo(ids).logits - hf(ids).logits).abs().max() <= 1e-5
+        _assert_same_logits(hf(ids).logits, olmo, ids, "stock HF Olmo2 logits")
     # As stage-1 init for a RePo model: every stock tensor loads, only f_phi is new.
     repo = build_model(tiny_config(**{**olmo.config.asdict(), "pe_mode": "repo", "pe_start_layer": 1}))
     missing, unexpected = repo.load_state_dict(
@@ -362,44 +381,115 @@ def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "overrides, pe_config",
-    [
-        (
-            dict(pe_mode="repo", pe_start_layer=1),
-            {
-                "dynamic_pe_mode": "swigluex_multihead",
-                "dynmaic_pe_start_layer": 1,
-                "dynmaic_pe_layer_ids": "",
-            },
-        ),
-        (
-            dict(pe_mode="repo", pe_layer_ids=[1, 3]),
-            {
-                "dynamic_pe_mode": "swigluex_multihead",
-                "dynmaic_pe_start_layer": 0,
-                "dynmaic_pe_layer_ids": "1,3",
-            },
-        ),
-        (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
-    ],
-)
-def test_reference_format_imports(tmp_path, tokenizer_file, overrides, pe_config):
+REFERENCE_CASES = {
+    "repo from layer 1": (
+        dict(pe_mode="repo", pe_start_layer=1),
+        # its converter writes both spellings; its model reads the misspelled ones
+        {
+            "dynamic_pe_mode": "swigluex_multihead",
+            "dynmaic_pe_start_layer": 1,
+            "dynmaic_pe_layer_ids": "",
+            "dynamic_pe_start_layer": 1,
+            "dynamic_pe_layer_ids": "",
+        },
+    ),
+    "repo in layers 1,3": (
+        dict(pe_mode="repo", pe_layer_ids=[1, 3]),
+        {"dynamic_pe_mode": "swigluex_multihead", "dynmaic_pe_start_layer": 0, "dynmaic_pe_layer_ids": "1,3"},
+    ),
+    "nope": (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
+    # Only the correctly spelled keys: the reference's model ignores them and puts RePo in every layer.
+    "correct spelling only": (
+        dict(pe_mode="repo"),
+        {"dynamic_pe_mode": "swigluex_multihead", "dynamic_pe_start_layer": 2, "dynamic_pe_layer_ids": "2"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCE_CASES))
+def test_reference_format_loads_through_every_route(tmp_path, tokenizer_file, case):
+    """A reference-format directory: the project's HF classes and the Auto classes (after `import
+    olmo_repo.hf`) read its pe_config like the reference's model, and both converters take it."""
+    overrides, pe_config = REFERENCE_CASES[case]
     _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, **overrides)
     ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    modes = [str(m) for m in layer_modes(olmo.config)]
     config = read_hf_config(ref)
-    assert isinstance(config, RepoOlmo2Config)
-    assert config.layer_modes() == [str(m) for m in layer_modes(olmo.config)]
-    out = convert_to_hf(ref, tmp_path / "hf", tokenizer=str(tokenizer_file))
-    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert isinstance(config, RepoOlmo2Config) and config.layer_modes() == modes
     ids = _ids()
-    with torch.no_grad():
-        diff = (hf(ids).logits - olmo(ids).logits).abs().max().item()
-    print(f"\nmax |reference import - OLMo| logits, {pe_config['dynamic_pe_mode']}: {diff:.3g}")
-    assert diff <= 1e-5
+    routes = {
+        "RepoOlmo2ForCausalLM": lambda: RepoOlmo2ForCausalLM.from_pretrained(ref),
+        "AutoModelForCausalLM": lambda: AutoModelForCausalLM.from_pretrained(ref),
+        "converted": lambda: AutoModelForCausalLM.from_pretrained(
+            convert_to_hf(ref, tmp_path / "hf", tokenizer=str(tokenizer_file))
+        ),
+    }
+    for route, load in routes.items():
+        hf = load().eval()
+        assert type(hf) is RepoOlmo2ForCausalLM and hf.config.layer_modes() == modes, route
+        with torch.no_grad():
+            _assert_same_logits(hf(ids).logits, olmo, ids, f"{case} through {route}")
+    base = AutoModel.from_pretrained(ref)
+    assert type(base) is RepoOlmo2Model and base.config.layer_modes() == modes
     # ... and the same directory also converts straight to an OLMo checkpoint.
     back = load_model(convert_from_hf(ref, tmp_path / "back"))
     assert torch.equal(back(ids).logits, olmo(ids).logits)
+
+
+@pytest.mark.parametrize(
+    "overrides, pe_config, message",
+    [
+        (  # weights in layers 1..3, the misspelled key that the reference's model reads says from 2
+            dict(pe_mode="repo", pe_start_layer=1),
+            {
+                "dynamic_pe_mode": "swigluex_multihead",
+                "dynmaic_pe_start_layer": 2,
+                "dynamic_pe_start_layer": 1,
+            },
+            r"the weights carry RePo \(gate_map/content_map/final_map\) in layers \[1, 2, 3\], but pe_config "
+            r"selects repo in layers \[2, 3\] "
+            r"\(dynamic_pe_mode='swigluex_multihead', dynmaic_pe_start_layer=2, dynmaic_pe_layer_ids=''",
+        ),
+        (  # RePo weights, but a config without RePo layers
+            dict(pe_mode="repo", pe_start_layer=1),
+            {"dynamic_pe_mode": "none"},
+            r"in layers \[1, 2, 3\], but pe_config selects no RePo layer",
+        ),
+        (  # NoPE in the config, RePo weights in the checkpoint
+            dict(pe_mode="repo", pe_start_layer=1),
+            {"dynamic_pe_mode": "nope"},
+            r"in layers \[1, 2, 3\], but pe_config selects nope in layers \[0, 1, 2, 3\]",
+        ),
+    ],
+)
+def test_reference_weights_and_pe_config_must_agree(tmp_path, tokenizer_file, overrides, pe_config, message):
+    """The layers that carry RePo weights are the truth: a pe_config that selects others fails on every
+    route with one error naming both (not a missing/unexpected weights list or a silently wrong model)."""
+    _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, **overrides)
+    ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    for load in (
+        lambda: RepoOlmo2ForCausalLM.from_pretrained(ref),
+        lambda: AutoModelForCausalLM.from_pretrained(ref),
+        lambda: AutoModel.from_pretrained(ref),
+        lambda: convert_to_hf(ref, tmp_path / "hf"),
+        lambda: convert_from_hf(ref, tmp_path / "back"),
+    ):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(ref))}: .*{message}"):
+            load()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "ref"]
+
+
+def test_reference_modes_agree_with_the_olmo_config():
+    assert REFERENCE_MODES == {k: str(v) for k, v in _REFERENCE_MODES.items()}
+
+
+def test_stock_olmo2_directories_still_load_as_stock_olmo2(tmp_path, tokenizer_file):
+    ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    assert json.loads((hf_dir / "config.json").read_text())["model_type"] == "olmo2"
+    assert type(AutoModelForCausalLM.from_pretrained(hf_dir)) is Olmo2ForCausalLM
+    assert type(AutoModel.from_pretrained(hf_dir)) is Olmo2Model
+    assert type(AutoModelForCausalLM.from_config(Olmo2Config(num_hidden_layers=1))) is Olmo2ForCausalLM
 
 
 def test_hf_layer_selection_agrees_with_olmo():
@@ -492,6 +582,42 @@ def test_unsupported_inputs_fail_with_one_clear_error(tmp_path, tokenizer_file):
     assert not (tmp_path / "back").exists() and not (tmp_path / "hf2").exists()
 
 
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_truncated_weights_fail_with_one_line_naming_the_file(tmp_path, tokenizer_file, capsys):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    _truncate(ckpt / "model.pt")
+    _truncate(hf_dir / "model.safetensors")
+    capsys.readouterr()
+    for main, source in ((convert_to_hf_main, ckpt), (convert_from_hf_main, hf_dir)):
+        assert main(["--input", str(source), "--output", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err  # progress bars, then one line
+        name = "model.pt" if source == ckpt else "model.safetensors"
+        assert "Traceback" not in err and err.endswith("restore it from a copy or re-create it\n"), err
+        assert err.splitlines()[-1].startswith(f"error: {source / name} cannot be read, truncated"), err
+    with pytest.raises(OLMoCheckpointError, match=r"model\.pt cannot be read, truncated"):
+        load_model(ckpt)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_converted_folders_follow_the_umask(tmp_path, tokenizer_file, umask):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="nope")
+    old = os.umask(umask)
+    try:
+        outputs = [convert_to_hf(ckpt, tmp_path / "hf")]
+        outputs.append(convert_from_hf(outputs[0], tmp_path / "back"))
+    finally:
+        os.umask(old)
+    for out in outputs:
+        assert out.stat().st_mode & 0o777 == 0o777 & ~umask, out
+        for file in out.iterdir():
+            assert file.stat().st_mode & 0o777 == 0o666 & ~umask, file
+
+
 def test_scripts_explain_every_flag(capsys):
     for main, flags in [
         (convert_to_hf_main, ["--input", "--output", "--force", "--dtype", "--tokenizer"]),
@@ -557,7 +683,7 @@ def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):
     assert hf.lm_head.weight is hf.model.embed_tokens.weight
     ids = _ids()
     with torch.no_grad():
-        assert (hf(ids).logits - olmo(ids).logits).abs().max() <= 1e-5
+        _assert_same_logits(hf(ids).logits, olmo, ids, "tied-embedding HF logits")
     restored = torch.load(convert_from_hf(hf_dir, tmp_path / "back") / "model.pt", weights_only=True)
     original = olmo.state_dict()
     assert restored.keys() == original.keys() and all(torch.equal(restored[k], original[k]) for k in original)
@@ -579,7 +705,7 @@ def test_as_hf_dir_takes_hf_dirs_as_they_are_and_converts_olmo_checkpoints(tmp_p
         hf = AutoModelForCausalLM.from_pretrained(converted).eval()
         ids = _ids()
         with torch.no_grad():
-            torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
+            _assert_same_logits(hf(ids).logits, model, ids)
         with as_hf_dir(converted) as same:
             assert same == converted
     assert not converted.exists()

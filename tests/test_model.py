@@ -22,11 +22,13 @@ from olmo_repo.rope import (
     _CompileOrFallBack,
     _rotate_forward,
     inv_frequencies,
+    rotate,
     rotate_qk,
     rotate_reference,
 )
 
 from .conftest import spread_positions, tiny_config
+from .numerics import assert_within, float64_truth, model_roundings, rotation_magnitude, rotation_roundings
 
 B, T = 2, 24
 
@@ -80,7 +82,8 @@ def test_repo_with_integer_positions_equals_rope(monkeypatch):
         ),
     )
     ids = _ids()
-    torch.testing.assert_close(repo(ids).logits, rope(ids).logits, rtol=1e-5, atol=1e-5)
+    # Two fp32 computations of the same logits (OLMo's RoPE tables vs angles from the positions).
+    assert_within(repo(ids).logits, rope(ids).logits, roundings=2 * model_roundings(rope.config, T))
 
 
 def test_shifting_positions_leaves_output_unchanged(monkeypatch):
@@ -91,10 +94,14 @@ def test_shifting_positions_leaves_output_unchanged(monkeypatch):
     predict = RepoSequentialBlock.predict_positions
     monkeypatch.setattr(RepoSequentialBlock, "predict_positions", lambda self, x: predict(self, x) + 37.25)
     shifted = model(ids).logits
-    torch.testing.assert_close(shifted, reference, rtol=1e-5, atol=1e-5)
+    # Two fp32 results; the shifted angles are rounded to eps * |z + 37.25| radians in each of the 4 layers.
+    largest = max(z.abs().max() for z in predict_positions(model, ids).values()) + 37.25
+    roundings = 2 * model_roundings(model.config, T) + 4 * 2 * largest
+    assert_within(shifted, reference, roundings=roundings, what="shifted logits")
     # ... while a per-head change of positions does change it (the positions are used at all).
     monkeypatch.setattr(RepoSequentialBlock, "predict_positions", lambda self, x: predict(self, x) * 2)
-    assert (model(ids).logits - reference).abs().max() > 1e-3
+    with pytest.raises(AssertionError, match="exceeds the bound"):
+        assert_within(model(ids).logits, reference, roundings=roundings)
 
 
 def test_nope_layers_apply_no_rotation(monkeypatch):
@@ -107,7 +114,7 @@ def test_nope_layers_apply_no_rotation(monkeypatch):
     ids = _ids()
     assert (nope(ids).logits - rope(ids).logits).abs().max() > 1e-4
     monkeypatch.setattr(RotaryEmbedding, "forward", lambda self, q, k: (q, k))  # stock model without rotation
-    torch.testing.assert_close(nope(ids).logits, rope(ids).logits, rtol=1e-6, atol=1e-6)
+    assert_within(nope(ids).logits, rope(ids).logits, roundings=2 * model_roundings(nope.config, T))
 
 
 @pytest.mark.parametrize(
@@ -153,38 +160,42 @@ def test_gradients_reach_f_phi_under_activation_checkpointing(strategy):
             key = f"transformer.blocks.{layer}.{name}.weight"
             assert key in grads and grads[key].abs().sum() > 0, key
     assert grads.keys() == plain.keys()
+    roundings = 2 * model_roundings(model.config, T, batch_tokens=B * T)  # two fp32 results
     for key in plain:
-        torch.testing.assert_close(grads[key], plain[key], rtol=1e-5, atol=1e-7)
+        assert_within(grads[key], plain[key], roundings=roundings, what=f"gradient of {key}")
 
 
 def test_positions_are_trained_end_to_end(monkeypatch):
     """f_phi's gradient flows through cos/sin: it matches finite differences of the loss, and autograd
     through the plain formula (materialised cos/sin) gives the same gradients as the efficient path."""
-    model = build_model(tiny_config(pe_mode="repo", n_layers=2)).double()
-    spread_positions(model)
+    fp32 = build_model(tiny_config(pe_mode="repo", n_layers=2))
+    spread_positions(fp32)
     ids = _ids(8)
-    w = model.transformer.blocks[1].final_map.weight
+    with float64_truth(fp32) as model:
+        w = model.transformer.blocks[1].final_map.weight
 
-    def loss() -> torch.Tensor:
-        return model(ids).logits.pow(2).mean()
+        def loss() -> torch.Tensor:
+            return model(ids).logits.pow(2).mean()
 
-    grads = _grads(model, ids)
-    direction = torch.randn_like(w)
-    eps = 1e-3  # OLMo's norms compute in fp32, so a smaller step drowns in rounding
-    with torch.no_grad():
-        w += eps * direction
-        up = loss()
-        w -= 2 * eps * direction
-        down = loss()
-        w += eps * direction
-    numeric = (up - down) / (2 * eps)
-    analytic = (grads["transformer.blocks.1.final_map.weight"] * direction).sum()
-    torch.testing.assert_close(analytic, numeric, rtol=5e-3, atol=0)
+        grads = _grads(model, ids)
+        direction = torch.randn_like(w)
+        # Central differences: truncation error ~ h^2 x the third derivative, rounding ~ eps64 |f| / h.
+        h = 1e-4
+        with torch.no_grad():
+            w += h * direction
+            up = loss()
+            w -= 2 * h * direction
+            down = loss()
+            w += h * direction
+        numeric = (up - down) / (2 * h)
+        analytic = (grads["transformer.blocks.1.final_map.weight"] * direction).sum()
+        torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=0)
 
-    _plain_rotation(monkeypatch)
-    plain = _grads(model, ids)
+        _plain_rotation(monkeypatch)
+        plain = _grads(model, ids)
+    roundings = 2 * model_roundings(model.config, 8, batch_tokens=B * 8)
     for key in grads:
-        torch.testing.assert_close(grads[key], plain[key], rtol=1e-6, atol=1e-12)
+        assert_within(grads[key], plain[key], roundings=roundings, what=f"gradient of {key}")
 
 
 def _plain_rotation(monkeypatch) -> None:
@@ -193,32 +204,71 @@ def _plain_rotation(monkeypatch) -> None:
     )
 
 
-@pytest.mark.parametrize("rotation", ["eager", "compiled"])  # compiled: what CUDA runs, here for CPU
-@pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
-def test_efficient_rotation_equals_plain_formula_in_the_model(monkeypatch, strategy, rotation):
-    if rotation == "compiled":
-        monkeypatch.setattr(
-            "olmo_repo.block.rotate_qk", lambda q, k, z, f: rotate_qk(q, k, z, f, compiled=True)
+class _FlipGrad(torch.autograd.Function):
+    """Identity forward, negated backward: a sign error in dL/dz."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
+        return z.view_as(z)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return -grad
+
+
+_ROTATIONS = {  # what RepoSequentialBlock.attention calls as rotate_qk(q, k, positions, inv_freq)
+    "eager": lambda compiled: lambda q, k, z, f: rotate_qk(q, k, z, f, compiled=compiled),
+    "off by one position": lambda compiled: (
+        lambda q, k, z, f: (
+            rotate(q, z + 1, f, compiled=compiled),  # queries one position ahead of their keys
+            rotate(k, z, f, compiled=compiled),
         )
+    ),
+    "sign flip in dL/dz": lambda compiled: (
+        lambda q, k, z, f: rotate_qk(q, k, _FlipGrad.apply(z), f, compiled=compiled)
+    ),
+}
+
+
+def _check_rotation_against_float64_truth(monkeypatch, strategy: str | None, compiled: bool, rotation: str):
+    """Logits, gradients and a cached decoding step of the model with `rotation` (fp32, eager or through
+    torch.compile) against the plain formula in float64, within fp32 bounds from the model's reductions."""
     model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
     spread_positions(model)
-    model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
     ids = _ids()
-    fast_logits, fast = model(ids).logits, _grads(model, ids)
-    with torch.no_grad():
-        out = model(ids[:, :-1], use_cache=True)
-        fast_step = model(ids[:, -1:], past_key_values=out.attn_key_values).logits
-    _plain_rotation(monkeypatch)
-    tol = 1e-6 if rotation == "eager" else 1e-5  # inductor reorders float operations
-    torch.testing.assert_close(model(ids).logits, fast_logits, rtol=tol, atol=tol)
-    plain = _grads(model, ids)
-    for key in fast:
-        torch.testing.assert_close(fast[key], plain[key], rtol=1e-4, atol=1e-6)
-    with torch.no_grad():
-        out = model(ids[:, :-1], use_cache=True)
-        torch.testing.assert_close(
-            model(ids[:, -1:], past_key_values=out.attn_key_values).logits, fast_step, rtol=tol, atol=tol
-        )
+    with monkeypatch.context() as m:
+        m.setattr("olmo_repo.block.rotate_qk", _ROTATIONS[rotation](compiled))
+        model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
+        logits, grads = model(ids).logits, _grads(model, ids)
+        with torch.no_grad():
+            out = model(ids[:, :-1], use_cache=True)
+            step = model(ids[:, -1:], past_key_values=out.attn_key_values).logits
+    with float64_truth(model) as truth, monkeypatch.context() as m:
+        _plain_rotation(m)
+        true_logits, true_grads = truth(ids).logits, _grads(truth, ids)
+    forward = model_roundings(model.config, T)
+    assert_within(logits, true_logits, roundings=forward, what="logits")
+    assert_within(step, true_logits[:, -1:], roundings=forward, what="cached decoding step")
+    assert grads.keys() == true_grads.keys()
+    backward = model_roundings(model.config, T, batch_tokens=B * T)
+    for key in true_grads:
+        assert_within(grads[key], true_grads[key], roundings=backward, what=f"gradient of {key}")
+
+
+@pytest.mark.parametrize("rotation", ["eager", "compiled"])  # compiled: what CUDA runs, here for CPU
+@pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
+def test_efficient_rotation_matches_float64_truth_in_the_model(monkeypatch, strategy, rotation):
+    _check_rotation_against_float64_truth(monkeypatch, strategy, rotation == "compiled", "eager")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "bug, caught_in",
+    [("off by one position", "logits"), ("sign flip in dL/dz", "gradient of")],
+)
+def test_the_float64_comparison_catches_real_errors(monkeypatch, bug, caught_in, compiled):
+    with pytest.raises(AssertionError, match=f"^{caught_in}.*exceeds the bound"):
+        _check_rotation_against_float64_truth(monkeypatch, None, compiled, bug)
 
 
 def test_the_compiled_rotation_compiles_and_a_failed_compile_falls_back_to_eager(monkeypatch):
@@ -226,12 +276,25 @@ def test_the_compiled_rotation_compiles_and_a_failed_compile_falls_back_to_eager
     z, inv_freq = (torch.randn(2, 3, 9) * 10).requires_grad_(), inv_frequencies(8, 1000.0)
     expected = rotate_qk(q, k, z, inv_freq, compiled=False)
     compiled = rotate_qk(q, k, z, inv_freq, compiled=True)
-    for a, b in zip(compiled, expected):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
-    for a, b in zip(
-        torch.autograd.grad(sum(compiled).sum(), (q, z)), torch.autograd.grad(sum(expected).sum(), (q, z))
-    ):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    roundings = rotation_roundings(z, inv_freq)
+    for x, out in zip((q, k), compiled):
+        truth = rotate_reference(x.double(), z.double(), inv_freq.double())
+        assert_within(
+            out, truth, roundings=roundings, magnitude=rotation_magnitude(x), what="compiled rotation"
+        )
+    grad_q, grad_z = torch.autograd.grad(sum(compiled).sum(), (q, z))
+    qd, zd = q.detach().double().requires_grad_(), z.detach().double().requires_grad_()
+    true_q, true_z = torch.autograd.grad(
+        (
+            rotate_reference(qd, zd, inv_freq.double()) + rotate_reference(k.double(), zd, inv_freq.double())
+        ).sum(),
+        (qd, zd),
+    )
+    # dL/dq = R^T g with g = 1: magnitude |g1| + |g2| = 2.
+    assert_within(grad_q, true_q, roundings=roundings, magnitude=2.0, what="compiled dL/dq")
+    # dL/dz = sum_k f_k (g2 o1 - g1 o2) over d/2 pairs of q and k each, with o off by `roundings`.
+    magnitude = 2 * inv_freq.double().sum() * (rotation_magnitude(q) + rotation_magnitude(k)).amax(-1)
+    assert_within(grad_z, true_z, roundings=roundings + 8, magnitude=magnitude, what="compiled dL/dz")
     assert all(c.compiled is not None and not c.failed for c in _COMPILED)
     q, z = q.detach(), z.detach()
 
@@ -300,7 +363,8 @@ def test_kv_cache_incremental_decode_equals_full_forward(overrides, block_group_
             out = model(ids[:, t : t + 1], past_key_values=past, use_cache=True)
             pieces.append(out.logits)
             past = out.attn_key_values
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
+    # Two fp32 computations of the same logits, with differently shaped (so differently ordered) kernels.
+    assert_within(torch.cat(pieces, dim=1), full, roundings=2 * model_roundings(model.config, 20))
 
 
 def test_predict_positions_returns_the_per_head_positions_of_every_repo_layer():
@@ -336,14 +400,21 @@ def test_positions_are_fp32_results_of_bf16_inputs_under_bf16_autocast():
         return t.bfloat16().double()
 
     F = torch.nn.functional
-    exact = F.linear(
-        F.silu(F.linear(rounded(x), rounded(block.gate_map.weight)))
-        * F.linear(rounded(x), rounded(block.content_map.weight)),
-        block.final_map.weight.double(),
-    ).transpose(1, 2)
+    x64, wg, wc = rounded(x), rounded(block.gate_map.weight), rounded(block.content_map.weight)
+    wf = block.final_map.weight.double()
+    gate, content = F.linear(x64, wg), F.linear(x64, wc)
+    exact = F.linear(F.silu(gate) * content, wf).transpose(1, 2)
     assert exact.abs().max() > 1000
-    torch.testing.assert_close(z.double(), exact, rtol=1e-5, atol=2e-3)
-    assert (z_bf16.double() - exact).abs().max() > 1.0  # what the reference's bf16 matmuls lose
+    # First-order fp32 error bound: gate and content sum 256 exact bf16 products in fp32 (error <= 256 eps
+    # x the sum of |products|), SiLU and the product round once each (|SiLU'| <= 1.1), final_map sums 32 more.
+    gate_mag, content_mag = F.linear(x64.abs(), wg.abs()), F.linear(x64.abs(), wc.abs())
+    product = (
+        1.1 * content.abs() * gate_mag + F.silu(gate).abs() * content_mag + (F.silu(gate) * content).abs()
+    )
+    magnitude = F.linear(product, wf.abs()).transpose(1, 2)
+    assert_within(z, exact, roundings=256 + 32 + 2, magnitude=magnitude, what="fp32 positions")
+    with pytest.raises(AssertionError, match="exceeds the bound"):  # what the reference's bf16 matmuls lose
+        assert_within(z_bf16.float(), exact, roundings=256 + 32 + 2, magnitude=magnitude)
 
 
 def test_low_precision_projection_gradients_match_autograd_of_the_fp32_formula():
@@ -359,9 +430,14 @@ def test_low_precision_projection_gradients_match_autograd_of_the_fp32_formula()
     grad_x, grad_w = torch.autograd.grad(out, (x, w), g)
     assert grad_x.dtype == grad_w.dtype == torch.bfloat16
     xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    ex, ew = torch.autograd.grad(torch.nn.functional.linear(xd, wd), (xd, wd), g.bfloat16().double())
-    torch.testing.assert_close(grad_x.double(), ex, rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(grad_w.double(), ew, rtol=1e-2, atol=1e-2)
+    gd = g.bfloat16().double()
+    ex, ew = torch.autograd.grad(torch.nn.functional.linear(xd, wd), (xd, wd), gd)
+    # bf16 matmuls of bf16-exact inputs: the products are exact, the sum accumulates in fp32 (16 terms each,
+    # negligible) and the result rounds to bf16 once; 2 bf16 roundings of the sum of |products| cover both.
+    assert_within(grad_x, ex, roundings=2, magnitude=gd.abs() @ wd.detach().abs(), what="dL/dx")
+    assert_within(
+        grad_w, ew, roundings=2, magnitude=gd.abs().flatten(0, 1).t() @ xd.detach().abs().flatten(0, 1)
+    )
 
 
 def test_f_phi_under_autocast_gives_fp32_master_weights_fp32_gradients():

@@ -9,6 +9,7 @@ from olmo.model import BufferCache, RotaryEmbedding
 from olmo_repo.rope import inv_frequencies, rotate, rotate_qk, rotate_reference
 
 from .conftest import tiny_config
+from .numerics import assert_within, rotation_magnitude, rotation_roundings
 
 
 def test_integer_positions_reproduce_olmo_rope():
@@ -18,8 +19,13 @@ def test_integer_positions_reproduce_olmo_rope():
     q_olmo, k_olmo = RotaryEmbedding(config, BufferCache())(q, k)
     positions = torch.arange(T, dtype=torch.float32).expand(B, H, T)
     inv_freq = inv_frequencies(D, config.rope_theta)
-    torch.testing.assert_close(rotate(q, positions, inv_freq), q_olmo, rtol=0, atol=1e-6)
-    torch.testing.assert_close(rotate(k, positions, inv_freq), k_olmo, rtol=0, atol=1e-6)
+    roundings = rotation_roundings(positions, inv_freq)
+    for x, olmo in ((q, q_olmo), (k, k_olmo)):
+        truth = rotate_reference(x.double(), positions.double(), inv_freq.double())
+        assert_within(
+            rotate(x, positions, inv_freq), truth, roundings=roundings, magnitude=rotation_magnitude(x)
+        )
+        assert_within(olmo, truth, roundings=roundings, magnitude=rotation_magnitude(x), what="OLMo's RoPE")
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -31,15 +37,19 @@ def test_efficient_path_equals_plain_formula_with_gradients(dtype, compiled):
     inv_freq = inv_frequencies(D, 10_000.0)
     g = torch.randn(B, H, T, D, dtype=dtype)
     out_fast = rotate(x, z, inv_freq, compiled=compiled)
-    out_ref = rotate_reference(x, z, inv_freq)
     gx_fast, gz_fast = torch.autograd.grad(out_fast, (x, z), g)
-    gx_ref, gz_ref = torch.autograd.grad(out_ref, (x, z), g)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(out_fast, out_ref, **tol)
-    torch.testing.assert_close(gx_fast, gx_ref, **tol)
-    torch.testing.assert_close(
-        gz_fast, gz_ref, **(tol if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4))
+    # Ground truth: the plain formula in float64 on the same inputs.
+    xd, zd = x.detach().double().requires_grad_(), z.detach().double().requires_grad_()
+    out_ref = rotate_reference(xd, zd, inv_freq.double())
+    gx_ref, gz_ref = torch.autograd.grad(out_ref, (xd, zd), g.double())
+    roundings = rotation_roundings(z, inv_freq)
+    assert_within(out_fast, out_ref, roundings=roundings, magnitude=rotation_magnitude(x), what="rotation")
+    assert_within(gx_fast, gx_ref, roundings=roundings, magnitude=rotation_magnitude(g), what="dL/dx")
+    # dL/dz = sum_k f_k (g2_k out1_k - g1_k out2_k): d/2 products and sums on top of out's error.
+    magnitude = (
+        inv_freq.double() * rotation_magnitude(g).chunk(2, -1)[0] * rotation_magnitude(x).chunk(2, -1)[0]
     )
+    assert_within(gz_fast, gz_ref, roundings=roundings + D, magnitude=magnitude.sum(-1), what="dL/dz")
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -82,10 +92,17 @@ def test_rotation_preserves_norm_and_relative_positions():
     q, k = torch.randn(B, H, T, D), torch.randn(B, H, T, D)
     z = torch.randn(B, H, T) * 20
     inv_freq = inv_frequencies(D, 500_000.0)
-    scores = rotate(q, z, inv_freq) @ rotate(k, z, inv_freq).transpose(-1, -2)
+    qd, kd, zd, fd = q.double(), k.double(), z.double(), inv_freq.double()
+    truth = rotate_reference(qd, zd, fd) @ rotate_reference(kd, zd, fd).transpose(-1, -2)  # [B, H, T, T]
     shifted = rotate(q, z + 123.25, inv_freq) @ rotate(k, z + 123.25, inv_freq).transpose(-1, -2)
-    torch.testing.assert_close(scores, shifted, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(rotate(q, z, inv_freq).norm(dim=-1), q.norm(dim=-1), rtol=1e-5, atol=1e-5)
+    # Each rotated vector is off by `roundings` (angles up to |z| + 123.25), then D products are summed.
+    roundings = 2 * rotation_roundings(z + 123.25, inv_freq) + D
+    magnitude = rotation_magnitude(q) @ rotation_magnitude(k).transpose(-1, -2)
+    assert_within(shifted, truth, roundings=roundings, magnitude=magnitude, what="shifted scores")
+    norm = rotate(q, z, inv_freq).norm(dim=-1)
+    assert_within(
+        norm, qd.norm(dim=-1), roundings=rotation_roundings(z, inv_freq) + D, magnitude=2 * qd.norm(dim=-1)
+    )
 
 
 def test_angles_stay_fp32_for_bf16_inputs_under_autocast():
@@ -98,7 +115,9 @@ def test_angles_stay_fp32_for_bf16_inputs_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = rotate(x.bfloat16(), z, inv_freq)
     assert out.dtype == torch.bfloat16
-    # bf16 output rounding only (relative 2^-8); quantised positions (step 16) would be off by O(1).
-    torch.testing.assert_close(out.double(), exact, rtol=1e-2, atol=1e-2)
-    off = rotate_reference(x.double(), z.double() + 16, inv_freq.double())
-    assert (off - exact).abs().max() > 0.1
+    # x rounded to bf16 on the way in and the result on the way out (half an ulp each), and the fp32 angle
+    # (4095 eps32, 0.06 bf16 ulp): 2 bf16 roundings. Quantised positions (step 16) would be off by O(1).
+    assert_within(out, exact, roundings=2, magnitude=rotation_magnitude(x), what="bf16 rotation")
+    off = rotate_reference(x.bfloat16().double(), z.double() + 16, inv_freq.double())
+    with pytest.raises(AssertionError, match="exceeds the bound"):
+        assert_within(off.bfloat16(), exact, roundings=2, magnitude=rotation_magnitude(x))

@@ -15,22 +15,16 @@ from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
 from olmo_repo.checkpoint import check_stage1_state_dict, continue_optimizer_state, repo_param_names
-from olmo_repo.train import RepoTrainer, build_trainer, init_distributed, patch_torch_for_olmo, preflight
+from olmo_repo.train import init_distributed, patch_torch_for_olmo, preflight
 
 from .conftest import tiny_config
-from .training import STAGE1, STAGE2_REPO, small, write_corpus
+from .training import STAGE1, STAGE2_REPO, make_trainer, small, write_corpus
 
 
 @pytest.fixture(scope="module")
 def device():
     patch_torch_for_olmo()
     return init_distributed()
-
-
-def make_trainer(config, overrides: list[str], device) -> RepoTrainer:
-    cfg = RepoTrainConfig.load(config, overrides)
-    preflight(cfg, cuda=False, world_size=1)
-    return build_trainer(cfg, device)
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +100,16 @@ def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, devi
     )
     TrainConfig(model=stock_model).save(converted / "config.yaml")
 
-    with pytest.raises(OLMoCheckpointError, match="reset_optimizer_state=true"):
+    with pytest.raises(OLMoCheckpointError, match="has no optim.pt: pass --reset_optimizer_state=true"):
         make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=converted), device)
+    assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())  # nothing written
+    with pytest.raises(OLMoCheckpointError, match="has no train.pt: pass --reset_trainer_state=true"):
+        make_trainer(
+            STAGE2_REPO, small(data, tmp_path / "a", load_path=converted, reset_optimizer_state=True), device
+        )
+    # The corrected command in the same save_folder.
     overrides = small(
-        data, tmp_path / "b", load_path=converted, reset_optimizer_state=True, reset_trainer_state=True
+        data, tmp_path / "a", load_path=converted, reset_optimizer_state=True, reset_trainer_state=True
     )
     with make_trainer(STAGE2_REPO, overrides, device) as trainer:
         assert not trainer.optim.state
@@ -193,7 +193,8 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
         (["precision=amp_bf16"], r"precision=amp_bf16 on CPU needs FSDP's mixed precision.*--precision=fp32"),
         (
             ["global_train_batch_size=6", "device_train_microbatch_size=4"],
-            r"per-rank batch 6 is not a multiple of device_train_microbatch_size=4",
+            r"per-rank batch 6 \(global_train_batch_size=6 over 1 rank\(s\)\) is not a multiple of "
+            r"device_train_microbatch_size=4: pass --device_train_microbatch_size=N with N dividing 6",
         ),
     ],
     ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
@@ -253,13 +254,21 @@ def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
     assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
 
 
-def test_rerun_before_the_first_checkpoint_restarts_but_another_config_fails(stage1, tmp_path, device):
-    """A stage-2 run killed before its first save left only its config and data order: the same command
-    starts again; a different config in the same save_folder is refused."""
+def test_a_folder_without_checkpoint_is_a_new_run(stage1, tmp_path, device):
+    """A run that failed or was killed before its first save left only its config and data order: the same
+    command starts again, and so does a corrected one; a config.yaml that no run here wrote is refused."""
     checkpoint, data = stage1
     overrides = small(data, tmp_path / "run", load_path=checkpoint)
     make_trainer(STAGE2_REPO, overrides, device).close()
     assert (tmp_path / "run/config.yaml").is_file() and not list((tmp_path / "run").glob("step*"))
     make_trainer(STAGE2_REPO, overrides, device).close()
-    with pytest.raises(OLMoConfigurationError, match="from a different config"):
-        make_trainer(STAGE2_REPO, overrides + ["seed=7"], device)
+    with make_trainer(STAGE2_REPO, overrides + ["seed=7"], device) as trainer:
+        assert trainer.cfg.seed == 7
+    assert "seed: 7" in (tmp_path / "run/config.yaml").read_text()
+
+    foreign = small(data, tmp_path / "mine", load_path=checkpoint)
+    (tmp_path / "mine").mkdir()
+    shutil.copy(STAGE2_REPO, tmp_path / "mine/config.yaml")  # e.g. the user's own config file
+    with pytest.raises(OLMoConfigurationError, match="config.yaml exists and was not written by a run"):
+        make_trainer(STAGE2_REPO, foreign, device)
+    assert (tmp_path / "mine/config.yaml").read_text() == STAGE2_REPO.read_text()

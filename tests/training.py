@@ -1,4 +1,5 @@
-"""Helpers for the training tests: a tiny random-token corpus and overrides that shrink the tiny configs."""
+"""Helpers for the training tests: a tiny random-token corpus, overrides that shrink the tiny configs, and an
+in-process trainer."""
 
 from __future__ import annotations
 
@@ -54,6 +55,16 @@ def small(data_dir: Path, save_folder: Path, **extra: object) -> list[str]:
         **extra,
     }
     return [f"{k}={v}" for k, v in values.items()]
+
+
+def make_trainer(config: Path, overrides: list[str], device):
+    """`scripts/train.py`'s steps up to `fit()`, in this process (its one-process gloo group)."""
+    from olmo_repo import RepoTrainConfig
+    from olmo_repo.train import build_trainer, preflight
+
+    cfg = RepoTrainConfig.load(config, overrides)
+    preflight(cfg, cuda=False, world_size=1)
+    return build_trainer(cfg, device)
 
 
 def cli(overrides: list[str]) -> list[str]:

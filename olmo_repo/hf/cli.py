@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from huggingface_hub.errors import StrictDataclassError
+from olmo.exceptions import OLMoError
 
 from .convert import DTYPES, convert_from_hf, convert_to_hf
 
@@ -45,7 +46,7 @@ def convert_to_hf_main(argv: list[str] | None = None) -> int:
         out = convert_to_hf(
             args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer
         )
-    except (FileExistsError, FileNotFoundError, ValueError, KeyError, StrictDataclassError) as e:
+    except (FileExistsError, FileNotFoundError, ValueError, KeyError, StrictDataclassError, OLMoError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {out}")
@@ -66,7 +67,7 @@ def convert_from_hf_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = convert_from_hf(args.input, args.output, force=args.force)
-    except (FileExistsError, FileNotFoundError, ValueError, KeyError, StrictDataclassError) as e:
+    except (FileExistsError, FileNotFoundError, ValueError, KeyError, StrictDataclassError, OLMoError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {out}")

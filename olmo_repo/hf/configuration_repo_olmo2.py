@@ -7,23 +7,125 @@ Deltas from `Olmo2Config`:
   `pe_layer_ids` is set, in that list; every other layer keeps stock RoPE.
 - Validation (`validate_position_modes`, run by `@strict` on construction and on `validate()`): one
   `ValueError` naming the key and what it allows.
+- `from_pretrained` also reads the reference implementation's format (`model_type: olmo2` with a nested
+  `pe_config`): `reference_pe_keys` is the one translation of it, used by the converters too.
 
-This file is copied into converted checkpoints as remote code: it imports only transformers and the
+This file is copied into converted checkpoints as remote code: it imports only transformers, torch and the
 standard library (the selection rule is restated here, not imported from `olmo_repo.config`; a test
 checks that the two agree).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+import torch
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
+from transformers.utils import cached_file
 
-__all__ = ["PE_MODES", "ROPE_TYPES", "RepoOlmo2Config"]
+__all__ = [
+    "PE_MODES",
+    "REFERENCE_MODES",
+    "ROPE_TYPES",
+    "RepoOlmo2Config",
+    "hub_kwargs",
+    "reference_pe_keys",
+    "weight_names",
+]
 
 PE_MODES = ("rope", "nope", "repo")
 # RoPE variants whose inverse frequencies do not depend on the sequence length, so that RePo's real
 # positions can be rotated with them: stock, linear interpolation and YaRN.
 ROPE_TYPES = ("default", "linear", "yarn")
+# The reference's `dynamic_pe_mode` values and their modes here (`cope` is another method: unsupported).
+REFERENCE_MODES = {"none": "rope", "nope": "nope", "swigluex_multihead": "repo"}
+_REPO_WEIGHT = re.compile(r"(?:model\.)?layers\.(\d+)\.self_attn\.(?:gate_map|content_map|final_map)\.weight")
+
+
+def reference_pe_keys(
+    pe_config: dict[str, Any],
+    num_layers: int,
+    weights: Iterable[str] | None = None,
+    source: str = "config.json",
+) -> dict[str, Any]:
+    """The reference's `pe_config` -> `pe_mode`, `pe_start_layer`, `pe_layer_ids`, read as the reference's
+    model reads it: `dynamic_pe_mode` and the misspelled `dynmaic_pe_start_layer` (default 0) and
+    `dynmaic_pe_layer_ids` ("2,5,8"; "" or absent: every layer). Its model ignores the correctly spelled
+    `dynamic_pe_start_layer`/`dynamic_pe_layer_ids` that its converter also writes, and so does this.
+
+    The layers whose weights carry gate_map/content_map/final_map are the truth: given the checkpoint's
+    weight names, they must be exactly the RePo layers of this selection, else one ValueError names both.
+    """
+    mode = str(pe_config.get("dynamic_pe_mode", "none"))
+    if mode not in REFERENCE_MODES:
+        raise ValueError(
+            f"{source}: pe_config.dynamic_pe_mode={mode!r} is not supported; allowed: {', '.join(REFERENCE_MODES)}"
+        )
+    start = int(pe_config.get("dynmaic_pe_start_layer", 0))
+    ids = pe_config.get("dynmaic_pe_layer_ids", "")
+    if isinstance(ids, str):
+        try:
+            ids = [int(i) for i in ids.split(",") if i.strip()]
+        except ValueError:
+            raise ValueError(
+                f"{source}: pe_config.dynmaic_pe_layer_ids={ids!r} is not a comma-separated list of layer ids"
+            ) from None
+    keys = dict(pe_mode=REFERENCE_MODES[mode], pe_start_layer=start, pe_layer_ids=list(ids) or None)
+    if weights is not None:
+        carried = sorted({int(m[1]) for name in weights if (m := _REPO_WEIGHT.fullmatch(name))})
+        selected = [i for i in range(num_layers) if i >= start and (not ids or i in ids)]
+        if carried != (selected if keys["pe_mode"] == "repo" else []):
+            described = (
+                f"{keys['pe_mode']} in layers {selected}" if keys["pe_mode"] != "rope" else "no RePo layer"
+            )
+            raise ValueError(
+                f"{source}: the weights carry RePo (gate_map/content_map/final_map) in layers {carried or 'none'}, "
+                f"but pe_config selects {described} "
+                f"(dynamic_pe_mode={mode!r}, dynmaic_pe_start_layer={start}, dynmaic_pe_layer_ids="
+                f"{pe_config.get('dynmaic_pe_layer_ids', '')!r}, as the reference's model reads them): correct "
+                "pe_config so that both agree"
+            )
+    return keys
+
+
+def _safetensors_names(path: str) -> list[str]:
+    """Tensor names from a safetensors header (8-byte little-endian length, then JSON), without the data."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            raise ValueError(f"{path} is truncated or corrupt (unreadable safetensors header)") from None
+    return [name for name in header if name != "__metadata__"]
+
+
+def hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `from_pretrained` that say where the files are."""
+    keys = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+    return {k: kwargs[k] for k in keys if k in kwargs}
+
+
+def weight_names(path: str | os.PathLike, **hub_kwargs: Any) -> list[str] | None:
+    """Names of the weights of a local HF directory or Hub repository (safetensors, sharded or not, or
+    pytorch_model.bin), read without loading tensors; None if it has no weights."""
+    find = lambda name: cached_file(  # noqa: E731
+        path, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs
+    )
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (file := find(index)) is not None:
+            with open(file) as f:
+                return list(json.load(f)["weight_map"])
+    if (file := find("model.safetensors")) is not None:
+        return _safetensors_names(file)
+    if (file := find("pytorch_model.bin")) is not None:
+        return list(torch.load(file, map_location="meta", weights_only=True, mmap=True))
+    return None
 
 
 @strict
@@ -43,6 +145,28 @@ class RepoOlmo2Config(Olmo2Config):
     pe_mode: str = "rope"
     pe_start_layer: int = 0
     pe_layer_ids: list[int] | None = None
+
+    @classmethod
+    def get_config_dict(
+        cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
+    ) -> tuple[dict, dict]:
+        """`PretrainedConfig.get_config_dict`; a reference-format config (`olmo2` + `pe_config`) is translated
+        by `reference_pe_keys`, checked against the layers that carry RePo weights."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if "pe_config" in config_dict:
+            names = weight_names(pretrained_model_name_or_path, **hub_kwargs(kwargs))
+            config_dict = cls.dict_from_reference(config_dict, names, str(pretrained_model_name_or_path))
+        return config_dict, kwargs
+
+    @classmethod
+    def dict_from_reference(
+        cls, config_dict: dict[str, Any], weights: Iterable[str] | None, source: str
+    ) -> dict[str, Any]:
+        """A reference-format config dict (`olmo2` + `pe_config`) as a `repo_olmo2` config dict."""
+        rest = {k: v for k, v in config_dict.items() if k not in ("pe_config", "architectures")}
+        n_layers = rest.get("num_hidden_layers", cls.num_hidden_layers)
+        pe = reference_pe_keys(config_dict["pe_config"], n_layers, weights, source)
+        return {**rest, **pe, "model_type": cls.model_type}
 
     def layer_modes(self) -> list[str]:
         """The position mode of every layer: `pe_mode` for selected layers, `rope` for the others."""

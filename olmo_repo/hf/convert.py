@@ -43,9 +43,10 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
-from ..config import _REFERENCE_MODES, PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes
+from ..checkpoint import require_intact
+from ..config import PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes
 from ..registry import build_model
-from .configuration_repo_olmo2 import RepoOlmo2Config
+from .configuration_repo_olmo2 import RepoOlmo2Config, weight_names
 from .modeling_repo_olmo2 import RepoOlmo2ForCausalLM
 
 __all__ = [
@@ -222,47 +223,21 @@ def olmo_config_from_hf(config: Olmo2Config, vocab_size: int | None = None) -> R
     )
 
 
-def _reference_pe_keys(pe_config: dict) -> dict:
-    """The reference's `pe_config` ({dynamic_pe_mode, dynmaic_pe_start_layer, dynmaic_pe_layer_ids}; its code
-    reads the misspelled keys, its converter writes both spellings) -> this project's `pe_*` keys."""
-    mode = str(pe_config.get("dynamic_pe_mode", "none"))
-    if mode not in _REFERENCE_MODES:
-        raise ValueError(
-            f"pe_config.dynamic_pe_mode={mode!r} is not supported; allowed: {', '.join(_REFERENCE_MODES)}"
-        )
-    start = pe_config.get("dynmaic_pe_start_layer", pe_config.get("dynamic_pe_start_layer", 0))
-    ids = pe_config.get("dynmaic_pe_layer_ids", pe_config.get("dynamic_pe_layer_ids", ""))
-    if isinstance(ids, str):  # "2,5,8"; "" means every layer
-        try:
-            ids = [int(i) for i in ids.split(",") if i.strip()]
-        except ValueError:
-            raise ValueError(
-                f"pe_config.dynmaic_pe_layer_ids={ids!r} is not a comma-separated list"
-            ) from None
-    return dict(
-        pe_mode=str(_REFERENCE_MODES[mode]), pe_start_layer=int(start), pe_layer_ids=list(ids) or None
-    )
-
-
 def read_hf_config(hf_dir: PathOrStr) -> Olmo2Config:
     """The config of an HF directory: `repo_olmo2` (this project), stock `olmo2`, or `olmo2` with the
-    reference's `pe_config` (-> `RepoOlmo2Config`; `Olmo2Config` if it selects no RePo/NoPE layer)."""
+    reference's `pe_config` (-> `RepoOlmo2Config` through `RepoOlmo2Config.dict_from_reference`, checked
+    against the layers that carry RePo weights; `Olmo2Config` if it selects no RePo/NoPE layer)."""
     raw = json.loads((Path(hf_dir) / "config.json").read_text())
     model_type = raw.get("model_type")
     if model_type not in ("olmo2", RepoOlmo2Config.model_type):
         raise ValueError(f"{hf_dir}: model_type={model_type!r} is not supported; allowed: olmo2, repo_olmo2")
+    if "pe_config" in raw:
+        raw = RepoOlmo2Config.dict_from_reference(raw, weight_names(hf_dir), str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
-    pe_config = raw.pop("pe_config", None)
-    if model_type == RepoOlmo2Config.model_type:
+    if model_type == RepoOlmo2Config.model_type or raw.get("pe_mode", "rope") != "rope":
         return RepoOlmo2Config.from_dict(raw)
-    if pe_config is None:
-        return Olmo2Config.from_dict(raw)
-    pe = _reference_pe_keys(pe_config)
-    config = RepoOlmo2Config.from_dict({**raw, **pe})
-    if all(mode == "rope" for mode in config.layer_modes()):
-        return Olmo2Config.from_dict(raw)
-    return config
+    return Olmo2Config.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})
 
 
 # ----------------------------------------------------------------------------------------------- weights
@@ -319,6 +294,7 @@ def _read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
         raise FileNotFoundError(f"{hf_dir} has no *.safetensors or pytorch_model*.bin weights")
     state_dict: dict[str, Tensor] = {}
     for file in tqdm(files, desc="reading HF weights", unit="file"):
+        require_intact(file)
         shard = (
             load_file(file)
             if file.suffix == ".safetensors"
@@ -356,6 +332,7 @@ def _staged_dir(output: PathOrStr, force: bool) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         yield staging
+        _apply_umask(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -366,6 +343,15 @@ def _staged_dir(output: PathOrStr, force: bool) -> Iterator[Path]:
         shutil.rmtree(old)
     else:
         staging.rename(output)
+
+
+def _apply_umask(root: Path) -> None:
+    """Give the output the permissions of anything else the user creates: mkdtemp makes the folder 0700, and
+    transformers writes safetensors through a private temporary file (0600), whatever the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _check_distinct(input: PathOrStr, output: PathOrStr) -> None:
@@ -463,6 +449,7 @@ def convert_to_hf(
     model_config.init_device = "meta"
     olmo = build_model(model_config)
     local = resource_path(input, "model.pt")
+    require_intact(local)
     state_dict = torch.load(local, map_location="cpu", weights_only=True, mmap=True)
     state_dict = olmo._make_state_dict_compatible(state_dict)[0]
     _check_against(state_dict, olmo.state_dict(), "OLMo checkpoint")

@@ -1,0 +1,68 @@
+"""The README's commands and the Makefile's install, as a new user runs them."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+from olmo.exceptions import OLMoConfigurationError
+
+from olmo_repo import RepoTrainConfig
+from olmo_repo.train import preflight
+
+from .conftest import ROOT
+from .training import write_corpus
+
+
+def _readme_commands() -> list[str]:
+    """The shell commands of the README's indented blocks, continuation lines joined, comments dropped."""
+    commands, current = [], ""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if not line.startswith("    ") or line.strip().startswith("#"):
+            continue
+        current += line.strip().removesuffix("\\")
+        if not line.endswith("\\"):
+            commands.append(current.split("  #")[0].strip())
+            current = ""
+    return commands
+
+
+def test_readme_commands_use_the_virtual_environment():
+    tools = ("python", "python3", "torchrun", "pip", "lm_eval", "pytest", "ruff")
+    bare = [c for c in _readme_commands() if c.split(" ")[0] in tools]
+    assert not bare, f"run from .venv/bin/ (the package is installed there): {bare}"
+    assert any(c.startswith(".venv/bin/torchrun --nproc_per_node=2") for c in _readme_commands())
+
+
+def test_readme_two_process_example_passes_preflight(tmp_path):
+    (command,) = [c for c in _readme_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
+    config, *flags = shlex.split(command)[3:]  # after torchrun, --nproc_per_node=2, scripts/train.py
+    data = write_corpus(tmp_path / "data")  # the README uses the demo's corpus
+    overrides = [re.sub(r"^--data_prefix=.*", f"--data_prefix={data}", f) for f in flags]
+    overrides = [o.removeprefix("--") for o in overrides + [f"--save_folder={tmp_path / 'run'}"]]
+    preflight(RepoTrainConfig.load(ROOT / config, overrides), cuda=False, world_size=2)
+    without = [o for o in overrides if not o.startswith("device_train_microbatch_size")]
+    with pytest.raises(
+        OLMoConfigurationError, match="pass --device_train_microbatch_size=N with N dividing 2"
+    ):
+        preflight(RepoTrainConfig.load(ROOT / config, without), cuda=False, world_size=2)
+
+
+def _install_commands(*make_args: str) -> list[str]:
+    dry_run = ["make", "-n", "-B", "-C", str(ROOT), "install", *make_args]
+    out = subprocess.run(dry_run, capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "pip install" in line]
+
+
+def test_make_install_shows_progress_and_has_a_cpu_switch():
+    """`make install CPU=1` takes torch 2.13.0 from PyTorch's CPU wheel index (not reachable from the test
+    machines: the command line is what is checked)."""
+    default, cpu = _install_commands(), _install_commands("CPU=1")
+    assert not any(" -q" in line for line in default + cpu)  # pip shows its progress
+    assert [line for line in default if "torch==" in line] == [".venv/bin/pip install torch==2.13.0 "]
+    assert [line for line in cpu if "torch==" in line] == [
+        ".venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    ]
+    assert default[-1] == cpu[-1] == ".venv/bin/pip install -e '.[dev,eval]'"  # torch is not pulled again
