@@ -36,13 +36,15 @@ def test_readme_commands_use_the_virtual_environment():
     assert any(c.startswith(".venv/bin/torchrun --nproc_per_node=2") for c in _readme_commands())
 
 
-def test_readme_two_process_example_passes_preflight(tmp_path):
-    (command,) = [c for c in _readme_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
-    config, *flags = shlex.split(command)[3:]  # after torchrun, --nproc_per_node=2, scripts/train.py
+def test_readme_two_process_examples_pass_preflight(tmp_path):
+    commands = [c for c in _readme_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
+    assert len(commands) >= 2  # DDP and FSDP
     data = write_corpus(tmp_path / "data")  # the README uses the demo's corpus
-    overrides = [re.sub(r"^--data_prefix=.*", f"--data_prefix={data}", f) for f in flags]
-    overrides = [o.removeprefix("--") for o in overrides + [f"--save_folder={tmp_path / 'run'}"]]
-    preflight(RepoTrainConfig.load(ROOT / config, overrides), cuda=False, world_size=2)
+    for command in commands:
+        config, *flags = shlex.split(command)[3:]  # after torchrun, --nproc_per_node=2, scripts/train.py
+        overrides = [re.sub(r"^--data_prefix=.*", f"--data_prefix={data}", f) for f in flags]
+        overrides = [o.removeprefix("--") for o in overrides + [f"--save_folder={tmp_path / 'run'}"]]
+        preflight(RepoTrainConfig.load(ROOT / config, overrides), cuda=False, world_size=2)
     without = [o for o in overrides if not o.startswith("device_train_microbatch_size")]
     with pytest.raises(
         OLMoConfigurationError, match="pass --device_train_microbatch_size=N with N dividing 2"
@@ -65,4 +67,6 @@ def test_make_install_shows_progress_and_has_a_cpu_switch():
     assert [line for line in cpu if "torch==" in line] == [
         ".venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
     ]
-    assert default[-1] == cpu[-1] == ".venv/bin/pip install -e '.[dev,eval]'"  # torch is not pulled again
+    assert (
+        default[-1] == cpu[-1] == ".venv/bin/pip install -e '.[dev,eval,explore]'"
+    )  # torch is not pulled again

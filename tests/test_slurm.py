@@ -23,17 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from .training import ROOT, cli, small, write_corpus
+from .training import ROOT, cli, free_port, small, write_corpus
 
 CPU_JOB = ROOT / "scripts/slurm/train-cpu.sbatch"
 COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(what: str, ready: Callable[[], object], timeout: float, interval: float = 0.2) -> None:
@@ -94,8 +88,8 @@ def _slurm_conf(root: Path, node: str, cpus: int) -> str:
     return f"""\
 ClusterName=olmorepotest
 SlurmctldHost={socket.gethostname()}(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

@@ -86,9 +86,11 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def losses(save_folder: Path) -> dict[int, float]:
-    """{step: training loss} from save_folder/metrics.jsonl; a step logged again after a resume: the later."""
+    """{step: training loss} from save_folder/metrics.jsonl, where every step is logged once (also after resumes)."""
     records = [json.loads(line) for line in (save_folder / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["train/CrossEntropyLoss"] for r in records if "train/CrossEntropyLoss" in r}
+    losses = [(r["step"], r["train/CrossEntropyLoss"]) for r in records if "train/CrossEntropyLoss" in r]
+    assert len({step for step, _ in losses}) == len(losses), "a step is logged twice"
+    return dict(losses)
 
 
 def free_port() -> int:
