@@ -32,6 +32,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 import torch.nn as nn
@@ -42,7 +43,7 @@ from olmo.exceptions import OLMoCheckpointError
 from olmo.model import OLMo
 from olmo.optim import Optimizer
 from olmo.torch_util import barrier
-from olmo.util import resource_path
+from olmo.util import file_size, is_url, resource_path
 from torch.distributed.fsdp import FullStateDictConfig, StateDictType
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -57,6 +58,7 @@ __all__ = [
     "checkpoint_problems",
     "continue_optimizer_state",
     "file_problem",
+    "is_unsharded",
     "latest_intact_checkpoint",
     "load_model",
     "repo_param_names",
@@ -395,3 +397,26 @@ class RepoCheckpointer(FullCheckpointer):
             trainer_state = {}
         barrier()
         return trainer_state
+
+
+def is_unsharded(path: PathOrStr) -> bool:
+    """An unsharded checkpoint: named `*-unsharded`, or a folder with model.pt/model.safetensors in it."""
+    base = str(path).rstrip("/")
+    if base.endswith("-unsharded"):
+        return True
+    for name in ("model.pt", "model.safetensors"):
+        if not is_url(base):
+            if Path(base, name).is_file():
+                return True
+        elif urlparse(base).scheme in ("http", "https"):
+            import requests
+
+            if requests.head(f"{base}/{name}", allow_redirects=True, timeout=60).ok:
+                return True
+        else:
+            try:
+                file_size(f"{base}/{name}")
+                return True
+            except FileNotFoundError:
+                continue
+    return False

@@ -17,7 +17,8 @@ from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig
 from olmo_repo.checkpoint import latest_intact_checkpoint
-from olmo_repo.train import _check_load_path_files, init_distributed, patch_torch_for_olmo
+from olmo_repo.train import init_distributed, patch_torch_for_olmo
+from olmo_repo.train.preflight import check_load_path_files
 
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, subprocess_env, train_command, write_corpus
 
@@ -144,10 +145,10 @@ def test_a_sharded_load_path_needs_no_model_pt_but_intact_shards(tmp_path):
     cfg = RepoTrainConfig(load_path=str(tmp_path / "step4"))
     (tmp_path / "step4/train").mkdir(parents=True)
     torch.save({"x": torch.zeros(100)}, tmp_path / "step4/train/rank0.pt")
-    _check_load_path_files(cfg)
+    check_load_path_files(cfg)
     _truncate(tmp_path / "step4/train/rank0.pt")
     with pytest.raises(OLMoCheckpointError, match=r"step4/train/rank0\.pt: truncated"):
-        _check_load_path_files(cfg)
+        check_load_path_files(cfg)
 
 
 def _closed_port() -> int:

@@ -1,0 +1,214 @@
+"""Checks before any heavy work, so that a config that cannot train here stops with one error naming every
+problem and what to change, and nothing is written to `save_folder` first."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import olmo.train
+import torch
+from olmo.config import (
+    DDPConfig,
+    DDPGradSyncMode,
+    DistributedStrategy,
+    ShardedCheckpointerType,
+    TrainConfig,
+)
+from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
+from olmo.torch_util import (
+    get_local_world_size,
+)
+from olmo.util import (
+    is_url,
+)
+from torch.distributed.fsdp import (
+    ShardingStrategy,
+)
+
+from ..checkpoint import checkpoint_problems, is_unsharded
+
+log = logging.getLogger(__name__)
+
+
+def _flash_attn_available() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _local_data_paths(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """(config key, path) of every local data file of the train data and the evaluators."""
+    out: list[tuple[str, str]] = []
+    for key, data in [("data", cfg.data)] + [(f"evaluators[{e.label}].data", e.data) for e in cfg.evaluators]:
+        out += [(f"{key}.paths", str(p)) for p in data.paths or []]
+        for label, paths in (data.datasets or {}).items():
+            out += [(f"{key}.datasets.{label}", str(p)) for p in paths]
+        out += [(f"{key}.label_mask_paths", str(p)) for p in data.label_mask_paths or []]
+    return [(k, p) for k, p in out if not is_url(p)]
+
+
+def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
+    """Complete the config's defaults and check it, before any heavy work.
+
+    Raises one `OLMoConfigurationError` that lists every problem and what to change.
+    """
+    if cfg.distributed_strategy == DistributedStrategy.ddp and cfg.ddp is None:
+        cfg.ddp = DDPConfig()
+
+    problems: list[str] = []
+    if cfg.run_name is None:
+        problems.append("run_name is not set: pass --run_name=NAME")
+    if cfg.distributed_strategy is None:
+        problems.append("distributed_strategy is not set: pass --distributed_strategy=fsdp (GPU) or ddp")
+    if cfg.fused_loss and olmo.train.fused_loss_fn is None:  # what OLMo's Trainer checks, after model build
+        problems.append(
+            "fused_loss=true needs flash-attn, which is not installed: pass --fused_loss=false "
+            "(same loss, PyTorch kernel), or install the gpu extra on a CUDA machine"
+        )
+    if cfg.model.flash_attention and not _flash_attn_available():
+        log.warning(
+            "model.flash_attention=true but flash-attn is not installed: OLMo uses PyTorch SDPA instead"
+        )
+    fsdp = cfg.distributed_strategy == DistributedStrategy.fsdp
+    if not cuda and cfg.precision != "fp32" and not (fsdp and cfg.fsdp.precision is not None):
+        problems.append(
+            f"precision={cfg.precision} on CPU needs FSDP's mixed precision (OLMo's Trainer autocasts on CUDA "
+            "only, so it would silently train in fp32): pass --precision=fp32, or --distributed_strategy=fsdp "
+            "with --fsdp.precision=mixed (or pure)"
+        )
+    if fsdp:
+        problems += _check_fsdp(cfg, world_size)
+    if not cuda and cfg.model.init_device == "cuda":
+        problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
+    if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
+        if cfg.ddp.find_unused_params and cfg.ddp.grad_sync_mode != DDPGradSyncMode.micro_batch:
+            problems.append("ddp.find_unused_params=true needs --ddp.grad_sync_mode=micro_batch")
+    if cfg.global_train_batch_size % world_size:
+        problems.append(
+            f"global_train_batch_size={cfg.global_train_batch_size} is not divisible by the {world_size} ranks"
+        )
+    elif (per_rank := cfg.global_train_batch_size // world_size) % cfg.device_train_microbatch_size:
+        problems.append(
+            f"the per-rank batch {per_rank} (global_train_batch_size={cfg.global_train_batch_size} over "
+            f"{world_size} rank(s)) is not a multiple of device_train_microbatch_size="
+            f"{cfg.device_train_microbatch_size}: pass --device_train_microbatch_size=N with N dividing {per_rank}"
+        )
+
+    missing = [(key, path) for key, path in _local_data_paths(cfg) if not Path(path).is_file()]
+    if missing:
+        shown = "; ".join(f"{key}: {path}" for key, path in missing[:5])
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        problems.append(
+            f"{len(missing)} data file(s) do not exist: {shown}{more}. Fix the paths (or data_prefix), or "
+            "build the demo corpus with `make demo`"
+        )
+
+    if cfg.load_path is not None and not is_url(cfg.load_path) and not Path(cfg.load_path).is_dir():
+        problems.append(
+            f"load_path={cfg.load_path} is not a directory: pass the checkpoint folder (or a URL)"
+        )
+    problems += _check_save_folders(cfg)
+    if problems:
+        raise OLMoConfigurationError("config cannot train here:\n  - " + "\n  - ".join(problems))
+
+
+# Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).
+_BROKEN_CHECKPOINTERS = {
+    ShardedCheckpointerType.torch_new: "fails at the first save (its storage reader lacks abstract methods of "
+    "torch's checkpoint API)",
+    ShardedCheckpointerType.torch_legacy: "saves files that cannot be resumed (their pickled ShardedTensors "
+    "need builtins.getattr, which torch.load's safe loader rightly refuses)",
+    ShardedCheckpointerType.local: "raises NotImplementedError on torch >= 2.3 (it reads FSDP internals)",
+}
+
+
+HYBRID_STRATEGIES = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+
+
+def hybrid_replicas(cfg: TrainConfig, world_size: int) -> int:
+    """HYBRID_SHARD's number of model replicas: the config's, else one per node."""
+    return cfg.fsdp.hybrid_sharding_num_model_replicas or world_size // get_local_world_size()
+
+
+def _check_fsdp(cfg: TrainConfig, world_size: int) -> list[str]:
+    problems = []
+    for key in ("sharded_checkpointer", "load_path_sharded_checkpointer"):
+        name = getattr(cfg, key)
+        if name in _BROKEN_CHECKPOINTERS:
+            problems.append(
+                f"{key}={name} {_BROKEN_CHECKPOINTERS[name]} with torch {torch.__version__}: "
+                f"pass --{key}=olmo_core"
+            )
+    if cfg.sharded_checkpointer == ShardedCheckpointerType.olmo_core and not cfg.fsdp.use_orig_params:
+        problems.append("sharded_checkpointer=olmo_core needs --fsdp.use_orig_params=true")
+    if cfg.fsdp.sharding_strategy in HYBRID_STRATEGIES:
+        replicas = hybrid_replicas(cfg, world_size)
+        if replicas <= 0 or world_size % replicas:
+            problems.append(
+                f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the "
+                f"{world_size} ranks"
+            )
+        elif replicas == world_size > 1:
+            # torch then falls back to NO_SHARD but all-reduces gradients within the replica of one rank:
+            # the replicas silently train apart (pytorch/pytorch#154888).
+            problems.append(
+                f"fsdp.sharding_strategy={cfg.fsdp.sharding_strategy.name} with {replicas} replicas of one rank "
+                "each does not synchronise gradients in torch: pass a smaller "
+                "--fsdp.hybrid_sharding_num_model_replicas, or --distributed_strategy=ddp"
+            )
+    return problems
+
+
+def _check_save_folders(cfg: TrainConfig) -> list[str]:
+    if is_url(cfg.save_folder):
+        return [
+            f"save_folder={cfg.save_folder} is a URL, but OLMo writes checkpoints to a local folder first: "
+            "pass a local --save_folder and put the URL in --remote_save_folder (uploads go there)"
+        ]
+    try:
+        Path(cfg.save_folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cfg.save_folder):
+            pass
+    except OSError as e:
+        return [
+            f"save_folder={cfg.save_folder} is not writable ({e.strerror}): pass a writable --save_folder"
+        ]
+    remote = cfg.remote_save_folder
+    if remote is not None and urlparse(remote).scheme == "s3":
+        import boto3
+        import botocore.exceptions
+
+        try:
+            boto3.client("s3").head_bucket(Bucket=urlparse(remote).netloc)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            return [
+                f"remote_save_folder={remote}: bucket not reachable ({e}); check the bucket name, credentials "
+                "and AWS_ENDPOINT_URL"
+            ]
+    return []
+
+
+def check_load_path_files(cfg: TrainConfig) -> None:
+    """A local load_path holds intact copies of the files the load will read (unsharded: model.pt, and
+    optim.pt and train.pt unless reset; sharded: every *.pt present), before anything is written."""
+    if cfg.load_path is None or is_url(cfg.load_path) or not Path(cfg.load_path).is_dir():
+        return
+    needed: list[str] = []
+    if is_unsharded(cfg.load_path):
+        resets = {"optim.pt": "reset_optimizer_state", "train.pt": "reset_trainer_state"}
+        needed = ["model.pt"] + [name for name, reset in resets.items() if not getattr(cfg, reset)]
+        for name in needed[1:]:
+            if not (Path(cfg.load_path) / name).is_file():
+                raise OLMoCheckpointError(
+                    f"{cfg.load_path} has no {name}: pass --{resets[name]}=true to start it fresh"
+                )
+    if problems := checkpoint_problems(cfg.load_path, tuple(needed)):
+        raise OLMoCheckpointError(
+            f"load_path={cfg.load_path} cannot be loaded: {'; '.join(problems)}. Restore the file from a copy "
+            "or re-create it"
+        )

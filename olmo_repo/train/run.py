@@ -1,0 +1,340 @@
+"""`scripts/train.py`: the process group, W&B, model wrap, `build_trainer` (everything up to `fit()`), `main`
+and `train` (signals, SLURM requeue)."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+import wandb
+from olmo.config import (
+    CheckpointType,
+    DistributedStrategy,
+    TrainConfig,
+)
+from olmo.data import build_train_dataloader
+from olmo.eval import build_evaluators
+from olmo.exceptions import OLMoConfigurationError
+from olmo.model import OLMo
+from olmo.optim import BoltOnWarmupScheduler, build_optimizer, build_scheduler
+from olmo.torch_util import (
+    barrier,
+    get_global_rank,
+    get_local_rank,
+    get_world_size,
+    seed_all,
+)
+from olmo.util import (
+    add_cached_path_clients,
+    clean_opt,
+    log_extra_field,
+    prepare_cli_environment,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..config import RepoTrainConfig
+from ..registry import build_model
+from .patches import patch_torch_for_olmo
+from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight
+from .run_folder import (
+    check_resumed_config,
+    decided_on_rank0,
+    earlier_start_here,
+    latest_checkpoint,
+    trim_metrics,
+)
+from .trainer import METRICS_FILE, STOP_REQUESTED, RepoTrainer
+
+log = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> torch.device:
+    """Join the process group (nccl on CUDA, gloo on CPU) and return this rank's device.
+
+    Under torchrun the group comes from its environment; started without it, the process forms a group of
+    one on a free loopback port (OLMo's rank helpers then read rank 0 and world size 1).
+    """
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{get_local_rank()}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"timeout": timedelta(minutes=30)}
+        if cuda:
+            kwargs["device_id"] = device
+        if "RANK" not in os.environ:
+            kwargs.update(init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group("nccl" if cuda else "gloo", **kwargs)
+    return device
+
+
+def _start_wandb(cfg: TrainConfig) -> None:
+    """`wandb.init` for the run, bounded by W&B's own `WANDB_INIT_TIMEOUT` (90 s by default): without network
+    it would wait silently and then fail with a traceback; here the wait is announced and a failure is one
+    line saying how to train without reaching W&B."""
+    assert cfg.wandb is not None
+    wandb_dir = Path(cfg.save_folder) / "wandb"
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", 90))
+    mode = os.environ.get("WANDB_MODE", "online")
+    log.info("Starting W&B (%s; gives up after %.0f s, WANDB_INIT_TIMEOUT)", mode, timeout)
+    hooks = sys.excepthook, sys.exit  # wandb.init replaces them with ones that print tracebacks
+    try:
+        wandb.init(
+            dir=wandb_dir,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            group=cfg.wandb.group,
+            name=cfg.wandb.name,
+            tags=cfg.wandb.tags,
+            config=cfg.asdict(exclude=["wandb"]),
+            settings=wandb.Settings(init_timeout=timeout),
+        )
+    except wandb.errors.Error as e:
+        sys.excepthook, sys.exit = hooks
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise OLMoConfigurationError(
+            f"W&B did not start ({reason}): on a machine without network set WANDB_MODE=offline (upload later "
+            "with `wandb sync`), or pass --wandb=null to train without W&B"
+        ) from None
+
+
+def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
+    if cfg.distributed_strategy == DistributedStrategy.ddp:
+        assert cfg.ddp is not None
+        log.info("Wrapping model with DDP...")
+        model = model.to_empty(device=device) if cfg.model.init_device == "meta" else model.to(device)
+        model.reset_parameters()  # before the wrap: DDP then broadcasts rank 0's values
+        return DDP(model, find_unused_parameters=cfg.ddp.find_unused_params)
+    log.info("Wrapping model with FSDP...")
+    # Unless on the meta device (whose point is that no rank holds the whole model), the whole model is
+    # initialised before the wrap, as for DDP. After the wrap each rank would draw its shard from the same
+    # seeded stream, and the shards repeat each other's values (stock OLMo, and still so with meta init).
+    meta = cfg.model.init_device == "meta"
+    if not meta:
+        model = model.to(device)
+        model.reset_parameters()
+    hybrid: dict[str, Any] = {}
+    if cfg.fsdp.sharding_strategy in HYBRID_STRATEGIES:  # replicas checked by preflight
+        replicas = hybrid_replicas(cfg, get_world_size())
+        hybrid["device_mesh"] = init_device_mesh(device.type, (replicas, get_world_size() // replicas))
+    dist_model = FSDP(
+        model,
+        sharding_strategy=cfg.fsdp.sharding_strategy,
+        mixed_precision=cfg.fsdp_precision,
+        auto_wrap_policy=model.get_fsdp_wrap_policy(cfg.fsdp.wrapping_strategy),
+        use_orig_params=cfg.fsdp.use_orig_params,
+        limit_all_gathers=True,
+        device_id=device,
+        param_init_fn=lambda module: module.to_empty(device=device),  # each parameter initialised once
+        **hybrid,
+    )
+    if meta:
+        model.reset_parameters()
+    return dist_model
+
+
+def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
+    """Everything up to `fit()`: config handling, W&B, data, model, optimizer, checkpoint loading.
+
+    Expects `preflight(cfg, ...)` to have run and the process group to be up.
+    """
+    log_extra_field("run_name", cfg.run_name)
+    if (cfg.reset_optimizer_state or cfg.reset_trainer_state) and cfg.load_path is None:
+        log.warning("reset_optimizer_state/reset_trainer_state have no effect without load_path")
+
+    cfg.model.precision = cfg.precision
+    cfg.device_train_batch_size = cfg.global_train_batch_size // get_world_size()
+    cfg.device_train_grad_accum = cfg.device_train_batch_size // cfg.device_train_microbatch_size
+    if cfg.optimizer.no_decay_norm_and_bias is not None:
+        log.warning(
+            "no_decay_norm_and_bias is deprecated; it overrides decay_norm_and_bias and decay_embeddings"
+        )
+        cfg.optimizer.decay_norm_and_bias = not cfg.optimizer.no_decay_norm_and_bias
+        cfg.optimizer.decay_embeddings = not cfg.optimizer.no_decay_norm_and_bias
+        cfg.optimizer.no_decay_norm_and_bias = None
+    if cfg.distributed_strategy == DistributedStrategy.ddp:  # DDP writes unsharded checkpoints only
+        if cfg.save_interval_unsharded is None:
+            cfg.save_interval_unsharded = cfg.save_interval
+        if cfg.save_num_unsharded_checkpoints_to_keep == 0:
+            cfg.save_num_unsharded_checkpoints_to_keep = cfg.save_num_checkpoints_to_keep
+
+    resume_from = latest_checkpoint(cfg)
+    if resume_from is not None:
+        check_resumed_config(cfg, resume_from)
+        log.info("Resuming from %s (latest checkpoint of this run)", resume_from)
+        cfg.load_path = resume_from
+        cfg.restore_dataloader = True
+        cfg.reset_optimizer_state = cfg.reset_trainer_state = False
+    check_load_path_files(cfg)
+
+    # A folder with a checkpoint resumes; one without is a new run, even if an earlier start in it failed or
+    # was killed before its first checkpoint: its config.yaml and data-order files are then replaced.
+    rerun = resume_from is not None or decided_on_rank0(lambda: earlier_start_here(cfg))
+    if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
+        save_path = Path(cfg.save_folder) / "config.yaml"
+        log.info("Saving config to %s", save_path)
+        cfg.save(save_path)
+    barrier()
+
+    if cfg.wandb is not None and (get_global_rank() == 0 or not cfg.wandb.rank_zero_only):
+        _start_wandb(cfg)
+    barrier()
+
+    seed_all(cfg.seed)
+    loader_cfg = copy.copy(cfg)
+    loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
+    train_loader = build_train_dataloader(loader_cfg)
+    evaluators = build_evaluators(cfg, device)
+    barrier()
+
+    log.info("Building model...")
+    olmo_model = build_model(cfg.model)
+    log.info("Total number of parameters: %s", f"{olmo_model.num_params():,d}")
+    log.info("Number of non-embedding parameters: %s", f"{olmo_model.num_params(include_embedding=False):,d}")
+    if cfg.compile is not None:
+        if cfg.model.block_group_size != 1:
+            raise OLMoConfigurationError("compile is only supported with model.block_group_size=1")
+        for block in olmo_model.transformer.blocks:
+            block.compile(**cfg.compile.asdict())
+    olmo_model.set_activation_checkpointing(cfg.activation_checkpointing)
+    dist_model = _wrap(cfg, olmo_model, device)
+    log.info("Model:\n%s", dist_model)
+
+    optim = build_optimizer(cfg, dist_model)
+    scheduler = build_scheduler(cfg)
+
+    indices_file: TextIO | None = None
+    if cfg.save_data_indices:
+        indices_path = Path(cfg.save_folder) / f"data-indices/rank{get_global_rank()}.tsv.gz"
+        if indices_path.exists() and not cfg.save_overwrite and not rerun:
+            raise OLMoConfigurationError(f"{indices_path} already exists, use --save_overwrite to overwrite")
+        indices_path.parent.mkdir(exist_ok=True, parents=True)
+        indices_file = gzip.open(indices_path, "at")
+
+    trainer = RepoTrainer(
+        cfg=cfg,
+        epoch=cfg.epoch,
+        model=olmo_model,
+        dist_model=dist_model,
+        optim=optim,
+        scheduler=scheduler,
+        train_loader=train_loader,
+        device=device,
+        evaluators=evaluators,
+        indices_file=indices_file,
+    )
+
+    if not cfg.dry_run and not cfg.no_pre_train_checkpoint and cfg.load_path is None:
+        # Save and reload a checkpoint up front, so that a full disk or bad storage fails now.
+        checkpoint_type = (
+            CheckpointType.sharded
+            if cfg.distributed_strategy == DistributedStrategy.fsdp and cfg.save_num_checkpoints_to_keep != 0
+            else CheckpointType.unsharded
+        )
+        log.info("Saving pre-train checkpoint...")
+        path, local_cache = trainer.save_checkpoint(checkpoint_type=checkpoint_type)
+        log.info("Attempting to load pre-train checkpoint %s...", path)
+        trainer.restore_checkpoint(path, checkpoint_type=checkpoint_type, local_cache=local_cache)
+        log.info("Checkpoint successfully loaded")
+
+    if cfg.load_path is not None:
+        log.info("Loading checkpoint from %s...", cfg.load_path)
+        trainer.restore_checkpoint(
+            cfg.load_path,
+            load_optimizer_state=not cfg.reset_optimizer_state,
+            load_trainer_state=not cfg.reset_trainer_state,
+            sharded_checkpointer=cfg.load_path_sharded_checkpointer,
+        )
+        log.info("Checkpoint successfully loaded")
+        if cfg.reset_optimizer_state and not cfg.reset_trainer_state:
+            trainer.scheduler = BoltOnWarmupScheduler.wrap(
+                trainer.scheduler, trainer.global_step, int(trainer.global_step + cfg.scheduler.t_warmup)
+            )
+
+    if get_global_rank() == 0:
+        trim_metrics(Path(cfg.save_folder) / METRICS_FILE, trainer.global_step)
+
+    if cfg.force_save_unsharded and cfg.distributed_strategy != DistributedStrategy.ddp:
+        log.info("Saving unsharded checkpoint...")
+        trainer.save_checkpoint(checkpoint_type=CheckpointType.unsharded)
+    return trainer
+
+
+def _finished(trainer: RepoTrainer) -> bool:
+    stop_at = trainer.cfg.stop_at if trainer.cfg.stop_at is not None else trainer.max_steps + 10
+    return trainer.global_step > 0 and trainer.global_step >= min(stop_at, trainer.max_steps)
+
+
+def main(cfg: TrainConfig, device: torch.device) -> bool:
+    """Train `cfg` on `device` in the current process group (the body of `scripts/train.py`).
+
+    Returns whether the run stopped on SIGUSR1 before its end (with a checkpoint to resume from).
+    """
+    preflight(cfg, cuda=device.type == "cuda", world_size=get_world_size())
+    with build_trainer(cfg, device) as trainer:
+        if cfg.dry_run:
+            log.info("Dry run complete")
+        elif _finished(trainer):
+            log.info("Nothing to do: the run already reached step %d", trainer.global_step)
+        else:
+            log.info("Starting training...")
+            trainer.fit()
+            if trainer.stopped_on_signal and not _finished(trainer):
+                return True
+            log.info("Training complete")
+    return False
+
+
+def _requeue() -> None:
+    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job is None:
+        log.info("Stopped on SIGUSR1: rerun the same command to resume")
+        return
+    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode != 0:
+        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
+
+
+def train(config_path: str, overrides: Sequence[str]) -> None:
+    """`scripts/train.py CONFIG [--key=value ...]`: load the config with CLI overrides and train.
+
+    SIGUSR1 at any time makes the run stop with a checkpoint after the current step; under SLURM rank 0 then
+    requeues the job, once every rank is done.
+    """
+    signal.signal(signal.SIGUSR1, lambda signum, frame: STOP_REQUESTED.set())
+    patch_torch_for_olmo()
+    device = init_distributed()
+    prepare_cli_environment()
+    add_cached_path_clients()
+    cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
+    rank = get_global_rank()
+    try:
+        stopped = main(cfg, device)
+        barrier()
+    finally:
+        dist.destroy_process_group()
+    if stopped and rank == 0:
+        _requeue()

@@ -1,0 +1,156 @@
+"""The run folder (`save_folder`) across starts: which checkpoint resumes, whether the config still fits it,
+whether a folder without a checkpoint is a new run, and `metrics.jsonl` after a resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch.distributed as dist
+from olmo.config import (
+    TrainConfig,
+)
+from olmo.exceptions import OLMoConfigurationError, OLMoError
+from olmo.torch_util import (
+    get_global_rank,
+)
+from olmo.util import (
+    find_latest_checkpoint,
+    resource_path,
+)
+from omegaconf import OmegaConf as om
+
+from ..checkpoint import latest_intact_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+T = TypeVar("T")
+
+
+def decided_on_rank0(decide: Callable[[], T]) -> T:
+    """`decide()` on rank 0 (it reads the run folder), and its result, or the OLMoError it raised, on every
+    rank, so that all ranks go on or stop together."""
+    outcome: list[Any] = [None]
+    if get_global_rank() == 0:
+        try:
+            outcome[0] = (decide(), None)
+        except OLMoError as e:
+            outcome[0] = (None, e)
+    dist.broadcast_object_list(outcome, src=0)
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result
+
+
+def latest_checkpoint(cfg: TrainConfig) -> str | None:
+    """The latest intact checkpoint in save_folder (a corrupt newer one is moved aside with a warning, see
+    `latest_intact_checkpoint`), else the latest in remote_save_folder. Includes the pre-train checkpoint
+    `step0-unsharded`, which OLMo's `find_latest_checkpoint` skips, so a run killed before its first save
+    also restarts with the same command."""
+
+    def find() -> str | None:
+        if (
+            Path(cfg.save_folder).is_dir()
+            and (local := latest_intact_checkpoint(cfg.save_folder)) is not None
+        ):
+            return str(local)
+        if cfg.remote_save_folder is not None and (remote := find_latest_checkpoint(cfg.remote_save_folder)):
+            return str(remote)
+        return None
+
+    return decided_on_rank0(find)
+
+
+# Keys that resuming itself sets, and model keys that change neither the parameters nor what they compute.
+_RESUME_KEYS = {"load_path", "restore_dataloader", "reset_optimizer_state", "reset_trainer_state"}
+_MODEL_RUNTIME_KEYS = {"model.init_device", "model.flash_attention", "model.precision"}
+
+
+def _flat(config: TrainConfig) -> dict[str, Any]:
+    """{dotted key: value} of a config as its config.yaml holds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save(Path(tmp) / "config.yaml")
+        tree = om.to_container(om.load(Path(tmp) / "config.yaml"), resolve=True)
+
+    def walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, f"{prefix}{key}.")
+        else:
+            yield prefix.rstrip("."), node
+
+    return dict(walk(tree, ""))
+
+
+def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
+    """Compare this run's config with the one `checkpoint` was saved with: a different model is refused with
+    the keys that differ (it would load as a stage-1 init, or fail); other changed keys are logged."""
+
+    def changes() -> dict[str, tuple[Any, Any]]:
+        saved = _flat(type(cfg).load(resource_path(checkpoint, "config.yaml"), validate_paths=False))
+        now = _flat(cfg)
+        keys = sorted((saved.keys() | now.keys()) - _RESUME_KEYS)
+        return {k: (saved.get(k), now.get(k)) for k in keys if saved.get(k) != now.get(k)}
+
+    def shown(items: dict[str, tuple[Any, Any]]) -> str:
+        return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in items.items())
+
+    changed = decided_on_rank0(changes)
+    model = {k: v for k, v in changed.items() if k.startswith("model.") and k not in _MODEL_RUNTIME_KEYS}
+    if model:
+        raise OLMoConfigurationError(
+            f"save_folder={cfg.save_folder} holds checkpoints of a different model ({checkpoint}): "
+            f"{shown(model)}. Train this config in a new --save_folder (add --load_path={checkpoint} to start "
+            "from that checkpoint)"
+        )
+    if changed:
+        log.warning("Resuming %s with settings changed since: %s", checkpoint, shown(changed))
+
+
+def earlier_start_here(cfg: TrainConfig) -> bool:
+    """Whether save_folder/config.yaml is from an earlier start of a run in this folder (its save_folder is
+    this one) that failed or was killed before its first checkpoint. One that some other program wrote there
+    is refused unless --save_overwrite."""
+    saved = Path(cfg.save_folder) / "config.yaml"
+    if not saved.is_file():
+        return False
+    try:
+        folder = om.load(saved).get("save_folder")
+    except Exception:  # not a YAML mapping: not ours
+        folder = None
+    if folder is not None and Path(str(folder)).resolve() == Path(cfg.save_folder).resolve():
+        return True
+    if cfg.save_overwrite:
+        return False
+    raise OLMoConfigurationError(
+        f"{saved} exists and was not written by a run in this folder: use a new save_folder, or --save_overwrite"
+    )
+
+
+def trim_metrics(path: Path, step: int) -> None:
+    """Drop the records after `step` (and a line cut short by a kill) from metrics.jsonl: the resumed run
+    logs those steps again."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+
+    def keep(line: str) -> bool:
+        try:
+            return line.endswith("\n") and json.loads(line)["step"] <= step
+        except (ValueError, KeyError, TypeError):
+            return False
+
+    kept = [line for line in lines if keep(line)]
+    if len(kept) < len(lines):
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(kept))
+        partial.replace(path)
+        log.info(
+            "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
+        )

@@ -1,0 +1,153 @@
+"""`RepoTrainer`: OLMo's `Trainer` with the deltas of this project (see the class docstring)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+import wandb
+from olmo.aliases import PathOrStr
+from olmo.config import (
+    CheckpointType,
+)
+from olmo.torch_util import (
+    barrier,
+    get_global_rank,
+    synchronize_flag,
+)
+from olmo.train import Trainer
+
+from ..block import RepoSequentialBlock
+from ..checkpoint import RepoCheckpointer, is_unsharded
+from ..config import PositionMode
+
+log = logging.getLogger(__name__)
+
+
+METRICS_FILE = "metrics.jsonl"
+_POSITIONS = "train/positions/"
+
+STOP_REQUESTED = threading.Event()
+"""Set by SIGUSR1 (handler installed by `train`): save a checkpoint after the current step and stop."""
+
+
+def _repo_blocks(model: torch.nn.Module) -> list[RepoSequentialBlock]:
+    return [
+        m for m in model.modules() if isinstance(m, RepoSequentialBlock) and m.pe_mode == PositionMode.repo
+    ]
+
+
+class RepoTrainer(Trainer):
+    """OLMo's `Trainer` with these deltas:
+
+    - unsharded checkpoints are restored by `RepoCheckpointer` (stage-1 init; complete checkpoints as stock);
+    - a `load_path` without `-unsharded` in its name that holds model.pt is read as unsharded;
+    - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
+      join the metrics (W&B, metrics.jsonl; not the console) as `train/positions/layer{i}/{min,max,std}`;
+    - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
+    - after every step the ranks agree whether rank 0 got SIGUSR1 (`STOP_REQUESTED`); if so, OLMo's cancel
+      path ends the run at this step, `stopped_on_signal` is set, and `fit` makes sure a checkpoint of this
+      step exists (OLMo's path writes none under DDP without `save_interval_unsharded`);
+    - `close` finishes W&B without the `quiet` argument that current wandb lacks.
+    """
+
+    stopped_on_signal: bool = False
+    _stop_interval: int | None = None  # the configured canceled_check_interval while a stop is pending
+
+    def restore_checkpoint(
+        self, load_path: PathOrStr, *, checkpoint_type: CheckpointType | None = None, **kwargs: Any
+    ) -> None:
+        if checkpoint_type is None and is_unsharded(load_path):
+            checkpoint_type = CheckpointType.unsharded
+        super().restore_checkpoint(load_path, checkpoint_type=checkpoint_type, **kwargs)
+
+    def restore_unsharded_checkpoint(
+        self,
+        load_path: PathOrStr,
+        local_cache: PathOrStr | None = None,
+        *,
+        load_optimizer_state: bool = True,
+        load_trainer_state: bool = True,
+    ) -> None:
+        self.optim.zero_grad(set_to_none=True)
+        trainer_state = RepoCheckpointer(self.cfg).restore_checkpoint(
+            load_path,
+            self.dist_model,
+            self.optim,
+            local_cache=local_cache,
+            load_optimizer_state=load_optimizer_state,
+        )
+        if load_trainer_state:
+            self.load_trainer_state_dict(trainer_state)
+        barrier()
+
+    def train_step(self, batch: dict[str, Any], reduce_global_loss: bool = True) -> dict[str, float]:
+        metrics = self._train_step_with_positions(batch, reduce_global_loss)
+        # OLMo's loop asks `check_if_cancelled` only every `canceled_check_interval` steps; a stop must come
+        # within one step, so on a stop request the loop is made to ask at this very step.
+        if synchronize_flag(STOP_REQUESTED.is_set(), self.device):
+            self._stop_interval = self.cfg.canceled_check_interval
+            self.cfg.canceled_check_interval = 1
+        return metrics
+
+    def fit(self) -> None:
+        super().fit()
+        if self.stopped_on_signal and self.global_step not in (
+            self.last_sharded_checkpoint_step,
+            self.last_unsharded_checkpoint_step,
+        ):
+            log.info("Saving unsharded checkpoint...")
+            path, _ = self.save_checkpoint(CheckpointType.unsharded)
+            log.info("Unsharded checkpoint saved to %s", path)
+
+    def check_if_cancelled(self) -> tuple[bool, int]:
+        if self._stop_interval is None:
+            return super().check_if_cancelled()
+        self.cfg.canceled_check_interval = self._stop_interval  # before the checkpoint saves the config
+        self.stopped_on_signal = True
+        log.warning("SIGUSR1: saving a checkpoint at step %d and stopping", self.global_step)
+        return True, 0  # no extra steps: the checkpoint is the last step trained
+
+    def _train_step_with_positions(self, batch: dict[str, Any], reduce_global_loss: bool) -> dict[str, float]:
+        if not reduce_global_loss:  # not a log step
+            return super().train_step(batch, reduce_global_loss)
+        stats: dict[str, float] = {}
+
+        def record(block: RepoSequentialBlock, args: tuple[Any, ...]) -> None:
+            prefix = f"{_POSITIONS}layer{block.layer_id}"
+            if f"{prefix}/std" in stats:  # later micro-batches and activation-checkpoint recomputes
+                return
+            with torch.no_grad():
+                z = block.predict_positions(args[0])  # [B, H, T]
+                stats.update({f"{prefix}/min": z.min().item(), f"{prefix}/max": z.max().item()})
+                stats[f"{prefix}/std"] = z.std().item()
+
+        hooks = [b.register_forward_pre_hook(record) for b in _repo_blocks(self.model)]
+        try:
+            metrics = super().train_step(batch, reduce_global_loss)
+        finally:
+            for h in hooks:
+                h.remove()
+        metrics.update(stats)
+        return metrics
+
+    def close(self, exit_code: int = 0) -> None:
+        # Stock close calls wandb.finish(..., quiet=True); wandb 0.31 has no `quiet`. Finishing here first
+        # leaves stock close nothing to finish.
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
+        super().close(exit_code)
+
+    def log_metrics_to_console(self, prefix: str, metrics: dict[str, float]) -> None:
+        # Three position numbers per RePo layer (33 lines for the 1B) would drown the console: W&B and
+        # metrics.jsonl have them.
+        super().log_metrics_to_console(
+            prefix, {k: v for k, v in metrics.items() if not k.startswith(_POSITIONS)}
+        )
+        if get_global_rank() == 0:
+            with open(Path(self.cfg.save_folder) / METRICS_FILE, "a") as f:
+                f.write(json.dumps({"step": self.global_step, **metrics}) + "\n")
