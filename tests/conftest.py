@@ -51,6 +51,15 @@ def tiny_config(**overrides) -> RepoModelConfig:
     return RepoModelConfig(**kwargs)
 
 
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """This process as a one-rank process group (gloo on CPU), with ai2-olmo's fixes for current torch."""
+    from olmo_repo.train import init_distributed, patch_torch_for_olmo
+
+    patch_torch_for_olmo()
+    return init_distributed()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

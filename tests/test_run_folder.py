@@ -17,16 +17,9 @@ from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig
 from olmo_repo.checkpoint import latest_intact_checkpoint
-from olmo_repo.train import init_distributed, patch_torch_for_olmo
 from olmo_repo.train.preflight import check_load_path_files
 
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, subprocess_env, train_command, write_corpus
-
-
-@pytest.fixture(scope="module")
-def device():
-    patch_torch_for_olmo()
-    return init_distributed()
 
 
 @pytest.fixture(scope="module")

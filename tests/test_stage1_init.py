@@ -15,16 +15,10 @@ from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
 from olmo_repo.checkpoint import check_stage1_state_dict, continue_optimizer_state, repo_param_names
-from olmo_repo.train import init_distributed, patch_torch_for_olmo, preflight
+from olmo_repo.train import preflight
 
 from .conftest import tiny_config
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, write_corpus
-
-
-@pytest.fixture(scope="module")
-def device():
-    patch_torch_for_olmo()
-    return init_distributed()
 
 
 @pytest.fixture(scope="module")
