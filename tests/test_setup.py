@@ -47,7 +47,7 @@ def test_readme_two_process_examples_pass_preflight(tmp_path):
         preflight(RepoTrainConfig.load(ROOT / config, overrides), cuda=False, world_size=2)
     without = [o for o in overrides if not o.startswith("device_train_microbatch_size")]
     with pytest.raises(
-        OLMoConfigurationError, match="pass --device_train_microbatch_size=N with N dividing 2"
+        OLMoConfigurationError, match="pass --device_train_microbatch_size=N with N dividing 4"
     ):
         preflight(RepoTrainConfig.load(ROOT / config, without), cuda=False, world_size=2)
 

@@ -1,7 +1,7 @@
 """The analyses as report sections: models and prompts in, Markdown (tables, image links) and PNGs out.
 
-A report (e.g. `make demo`'s `report.md`) concatenates sections; image links are relative to `out_dir`, where
-the figures are written.
+A report (e.g. `make demo`'s `report.md`) concatenates sections; the figures are written to `out_dir`, and image
+links are relative to `links_from` (default: `out_dir`), the report's folder.
 
 - `attention_section`: attention mass on needle / query / other tokens of NIAH prompts, per model
 - `positions_section`: chunk patterns, spans against context length, and one head's positions, for a RePo model
@@ -9,6 +9,7 @@ the figures are written.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +48,15 @@ class Section:
     """The PNG files written."""
 
 
+def _link(figure: Path, links_from: Path | None) -> str:
+    return Path(os.path.relpath(figure, links_from or figure.parent)).as_posix()
+
+
 def attention_section(
     models: Mapping[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]],
     prompts: Sequence[NeedlePrompt],
     out_dir: Path,
+    links_from: Path | None = None,
 ) -> Section:
     """Attention mass averaged over `prompts`, per model: the table (x1e-2) and `attention-mass.png`."""
     if not prompts:
@@ -65,7 +71,7 @@ def attention_section(
     figure = plots.plot_attention_mass(results, Path(out_dir) / "attention-mass.png")
     markdown = (
         f"Attention of the last prompt token, mean weight per token (x1e-2), averaged over heads and "
-        f"{len(prompts)} prompts:\n\n{attention_mass_table(results)}\n\n![attention mass]({figure.name})\n"
+        f"{len(prompts)} prompts:\n\n{attention_mass_table(results)}\n\n![attention mass]({_link(figure, links_from)})\n"
     )
     return Section(markdown, [figure])
 
@@ -77,6 +83,7 @@ def positions_section(
     texts: Sequence[str],
     lengths: Sequence[int],
     out_dir: Path,
+    links_from: Path | None = None,
 ) -> Section:
     """Learned positions of a RePo model on `texts` (each at least max(lengths) tokens): chunk patterns at the
     longest length, spans per layer x head against the length, and the first text's positions in one head."""
@@ -104,6 +111,6 @@ def positions_section(
     markdown = (
         f"Position patterns (chunks of 16 tokens, eps 0.2) over {len(texts)} texts of {longest} tokens:\n\n"
         f"{pattern_table(patterns)}\n\nSpans (max - min position) against the context length:\n\n"
-        f"{span_table(spans)}\n\n" + "".join(f"![{f.stem}]({f.name})\n" for f in figures)
+        f"{span_table(spans)}\n\n" + "".join(f"![{f.stem}]({_link(f, links_from)})\n" for f in figures)
     )
     return Section(markdown, figures)

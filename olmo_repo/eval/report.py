@@ -1,0 +1,149 @@
+"""A Markdown report that compares HF models with the analyses of this package (`make demo` ends with one).
+
+`write_report(report, models, ...)` evaluates every model and writes the Markdown file `report` (e.g.
+`runs/demo/report.md`), its PNG figures in `figures/` beside it:
+
+- NIAH (RULER, `olmo_repo.eval.niah`) at the training length and at 2x and 4x with YaRN (factor 2 and 4,
+  `olmo_repo.eval.loading`), per variant and averaged, with the score-against-length plot
+- attention mass of the last prompt token on needle / query / other tokens of NIAH prompts at the training
+  length (`olmo_repo.eval.attention`), per model
+- for every model with RePo layers: chunk patterns, spans against context length and one head's positions
+  (`olmo_repo.eval.positions`)
+- training cost: parameters and 6 N D FLOPs of the models' configs for a token count (`olmo_repo.flops`)
+
+Sections the caller measured itself (e.g. a training table) go in first through `preamble`. The report is
+written to `report.md.tmp` and renamed, so a failed evaluation leaves no half report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from .. import flops
+from ..hf.convert import olmo_config_from_hf, read_hf_config
+from . import niah, plots
+from .analysis import NeedlePrompt, attention_section, positions_section
+from .loading import load_model, training_length, yarn_factor
+from .tables import markdown_table
+
+__all__ = ["niah_scores", "write_report"]
+
+
+def niah_scores(
+    models: Mapping[str, Path],
+    lengths: Sequence[int],
+    variants: Sequence[str],
+    samples: int,
+    seed: int = 42,
+) -> dict[str, dict[str, dict[int, float]]]:
+    """{model: {variant: {length: score}}}: each model loaded for each length (YaRN past its training length)."""
+    runs = [(name, length) for name in models for length in lengths]
+    out: dict[str, dict[str, dict[int, float]]] = {name: {v: {} for v in variants} for name in models}
+    for name, length in tqdm(runs, desc="NIAH", unit="run"):
+        tokenizer = AutoTokenizer.from_pretrained(models[name])
+        model = load_model(models[name], length)
+        scores, _ = niah.evaluate(model, tokenizer, length, variants=variants, samples=samples, seed=seed)
+        for variant, by_length in scores.items():
+            out[name][variant].update(by_length)
+    return out
+
+
+def _niah_markdown(
+    scores: Mapping[str, Mapping[str, Mapping[int, float]]], training: int, figures: Path
+) -> str:
+    lengths = sorted({n for by_variant in scores.values() for row in by_variant.values() for n in row})
+    average = {
+        name: {n: sum(row[n] for row in by_variant.values()) / len(by_variant) for n in lengths}
+        for name, by_variant in scores.items()
+    }
+    header = [
+        "model",
+        *(f"{n}" + (f" (YaRN x{yarn_factor(n, training):g})" if n > training else "") for n in lengths),
+    ]
+    rows = [[name, *(f"{100 * by_length[n]:.1f}" for n in lengths)] for name, by_length in average.items()]
+    figure = plots.plot_niah_accuracy(
+        average, figures / "niah.png", title="NIAH (RULER) against context length"
+    )
+    per_variant = "".join(
+        f"\n<details><summary>{name}, per variant</summary>\n\n{niah.markdown_table(by_variant)}\n</details>\n"
+        for name, by_variant in scores.items()
+    )
+    return (
+        f"Average over the variants {', '.join(next(iter(scores.values())))} (percent of gold values found in "
+        f"the greedy output; training length {training}):\n\n{markdown_table(header, rows)}\n{per_variant}\n"
+        f"![NIAH]({figures.name}/{figure.name})\n"
+    )
+
+
+def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
+    rows = []
+    for name, hf_dir in models.items():
+        count = flops.parameter_count(olmo_config_from_hf(read_hf_config(hf_dir)))
+        rows.append(
+            [
+                name,
+                f"{count.total:,}",
+                f"{count.non_embedding:,}",
+                f"{count.repo:,} ({100 * count.repo / count.non_embedding:.2f}%)",
+                f"{count.training_flops(tokens):.3g}".replace("e+", "e"),
+            ]
+        )
+    header = ["model", "parameters", "N (without embedding)", "f_phi", f"FLOPs, 6 N D at D = {tokens:,}"]
+    return markdown_table(header, rows) + "\n"
+
+
+def write_report(
+    report: Path,
+    models: Mapping[str, Path],
+    *,
+    title: str = "RePo report",
+    preamble: str = "",
+    variants: Sequence[str] = ("niah_single_1", "niah_single_2", "niah_multikey_2"),
+    samples: int = 20,
+    tokens: int | None = None,
+    seed: int = 42,
+) -> Path:
+    """Evaluate `models` ({name: HF directory}, the same training length) and write the Markdown file `report`,
+    its PNG figures in `figures/` beside it; returns `report`. `tokens`: the token count of the FLOPs table (none:
+    no table)."""
+    report = Path(report)
+    figures = report.parent / "figures"
+    trained = {training_length(read_hf_config(d)) for d in models.values()}
+    if len(trained) != 1:
+        raise ValueError(
+            f"the models were trained at different lengths {sorted(trained)}; compare like with like"
+        )
+    length = trained.pop()
+    sections = [f"# {title}\n", preamble]
+
+    scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
+    sections.append(f"## Needle in a haystack\n\n{_niah_markdown(scores, length, figures)}")
+
+    loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
+    tokenizer = next(iter(loaded.values()))[1]
+    prompts = [
+        NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
+        for v in variants
+        for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
+    ]
+    attention = attention_section(loaded, prompts, figures, links_from=report.parent)
+    sections.append(f"## Attention mass\n\n{attention.markdown}")
+
+    texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
+    span_lengths = [length // 8, length // 4, length // 2, length]
+    for name, (model, tok) in loaded.items():
+        if "repo" in getattr(model.config, "layer_modes", lambda: [])():
+            section = positions_section(name, model, tok, texts, span_lengths, figures, report.parent)
+            sections.append(f"## Learned positions: {name}\n\n{section.markdown}")
+
+    if tokens is not None:
+        sections.append(f"## Training cost\n\n{_flops_markdown(models, tokens)}")
+
+    staged = report.with_name(report.name + ".tmp")
+    staged.write_text("\n".join(s.rstrip() + "\n" for s in sections if s))
+    staged.replace(report)
+    return report
