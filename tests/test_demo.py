@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from olmo_repo.demo import DemoFolder, positions_summary
@@ -64,3 +66,51 @@ def test_positions_column_shows_every_repo_layer():
             {f"train/positions/layer{layer}/{k}": v for k, v in (("min", lo), ("max", hi), ("std", 1))}
         )
     assert positions_summary(record) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
+
+
+def test_demo_constants_are_the_configs():
+    from omegaconf import OmegaConf as om
+
+    from olmo_repo import demo_corpus as demo
+
+    stage1, *stage2 = (
+        om.load(ROOT / f"configs/tiny-{name}.yaml") for name in ("stage1-rope", "stage2-repo", "stage2-rope")
+    )
+    for config in [stage1, *stage2]:
+        assert config.model.max_sequence_length == demo.SEQ_LEN
+        assert config.model.vocab_size == config.model.embedding_size == demo.VOCAB
+        assert (config.model.eos_token_id, config.model.pad_token_id) == (0, 1)
+        assert config.global_train_batch_size == demo.BATCH
+    assert demo.SPLIT_WINDOWS["stage1"] == stage1.max_duration * demo.BATCH  # every window read once
+    assert all(demo.SPLIT_WINDOWS["stage2"] == c.max_duration * demo.BATCH for c in stage2)
+
+
+def test_corpus_windows_hold_whole_niah_documents(tmp_path, monkeypatch):
+    from olmo_repo import demo_corpus as demo
+    from olmo_repo.eval import niah
+
+    monkeypatch.setattr(demo, "SPLIT_WINDOWS", {"stage1": 12, "stage2": 4, "val": 2})
+    paths = demo.build_corpus(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "stage1.npy",
+        "stage2.npy",
+        "tokenizer.json",
+        "val.npy",
+    ]
+    tokenizer = demo.build_tokenizer()
+    assert len(tokenizer) == demo.VOCAB and tokenizer.eos_token_id == 0 and tokenizer.pad_token_id == 1
+    assert tokenizer.tokenize(" 1848944") == ["Ġ", "184", "894", "4"]  # dolma2's groups of up to 3 digits
+    windows = np.fromfile(paths["stage1"], dtype=np.uint32).reshape(-1, demo.SEQ_LEN)
+    assert windows.shape == (12, demo.SEQ_LEN) and windows.max() < demo.VOCAB
+    documents = [tokenizer.decode(doc) for w in windows for doc in np.split(w, np.flatnonzero(w == 0) + 1)]
+    whole = [d for d in documents if d.endswith("<|endoftext|>")]  # the last of a window may be cut
+    asked = [d for d in whole if "What is the special magic number for" in d]
+    assert len(asked) >= 12  # NIAH documents and needle lists
+    for document in asked:  # every question is followed by the value its needle holds
+        given = re.search(r"provided text is (\d+)\.<\|endoftext\|>$", document)
+        query = re.findall(r"What is the special magic number for (\S+) mentioned", document)[-1]
+        needle = re.search(rf"special magic numbers for {re.escape(query)} is: (\d+)\.", document)
+        assert given and needle and needle[1] == given[1], document[-120:]
+    # The corpus's NIAH documents are RULER's prompts, with seeds the evaluation does not use.
+    first = niah.niah_samples(tokenizer, demo.NIAH_VARIANTS[0], 512, n=1, seed=42)[0]
+    assert not any(first.answers[0] in d for d in documents)
