@@ -11,7 +11,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
-.PHONY: install system-deps test lint demo bench clean
+.PHONY: install system-deps test lint demo demo-base bench clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,10 @@ lint: install
 
 demo: install
 	$(BIN)/python scripts/demo.py
+
+# Rebuild the base model that `make demo` starts from (olmo_repo/demo_base/, shipped): about 55 min on 2 cores.
+demo-base: install
+	$(BIN)/python scripts/demo_base.py
 
 # RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine). See bench/RESULTS.md.
 bench: install

@@ -1,10 +1,12 @@
 """`make demo`: a tiny RePo continual pre-training on CPU, offline, through `scripts/train.py`, and a report.
 
-1. Trains a 4,096-token BPE (dolma2's pre-tokenizer) and builds a corpus in OLMo's memmap format (uint32 token
-   ids in 512-token windows, documents separated by <|endoftext|>): RULER NIAH documents (prompt and answer,
-   from the generator the evaluation uses, with other seeds), short retrieval practice, stories
-   (`olmo_repo.demo_corpus`).
-2. Pre-trains a tiny OLMo-2-shaped RoPE model ("stage 1", `configs/tiny-stage1-rope.yaml`).
+1. Builds a corpus in OLMo's memmap format (uint32 token ids in 512-token windows, documents separated by
+   <|endoftext|>) with the shipped base model's 4,096-token BPE (dolma2's pre-tokenizer): RULER NIAH documents
+   (prompt and answer, from the generator the evaluation uses, with other seeds), short retrieval practice,
+   stories (`olmo_repo.demo_corpus`).
+2. Converts the shipped tiny base model (`olmo_repo/demo_base/`, HF, the analogue of a pre-trained OLMo-2
+   checkpoint; `olmo_repo.demo_base` says why and how it was built) to an OLMo checkpoint and continues it
+   with RoPE on the corpus ("stage 1", `configs/tiny-stage1-rope.yaml`, a fresh optimizer).
 3. Continues it with RePo and with plain RoPE ("stage 2", `configs/tiny-stage2-{repo,rope}.yaml`), both from
    the stage-1 checkpoint with its optimizer state, as the released recipe does; prints a table (steps,
    losses, tokens/s, wall time, the range of the positions of every RePo layer, checkpoints).
@@ -66,7 +68,7 @@ class DemoFolder:
         else:
             sys.exit(
                 f"{path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
-                "writes a corpus and three runs there)"
+                "writes its corpus and runs there)"
             )
 
     def clear(self) -> None:
@@ -213,18 +215,22 @@ def run_demo(out: Path = ROOT / "runs/demo", samples: int = 20) -> list[RunResul
     report (`samples` NIAH prompts per variant and length)."""
     start = time.monotonic()
     folder = DemoFolder(out)  # before the imports below (lm-eval, transformers: seconds): a refusal is quick
+    from .demo_base import BASE_DIR, base_tokenizer
     from .demo_corpus import BATCH, SEQ_LEN, build_corpus
     from .eval.report import write_report
-    from .hf.convert import convert_to_hf
+    from .hf.convert import convert_from_hf, convert_to_hf
 
     folder.clear()
     data_dir = folder.entry("data")
-    print(f"Building the tokenizer and the corpus under {data_dir}...", flush=True)
-    paths = build_corpus(data_dir)
+    print(f"Building the corpus under {data_dir}...", flush=True)
+    paths = build_corpus(data_dir, base_tokenizer())
     sizes = ", ".join(f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy")
     print(f"   {sizes}", flush=True)
     data = f"--data_prefix={data_dir}"
-    stage1 = _train(folder, "stage1-rope", "configs/tiny-stage1-rope.yaml", data)
+    base = convert_from_hf(BASE_DIR, folder.entry("base"))  # an unsharded checkpoint at step 0, no optimizer
+    print(f"Base model {BASE_DIR} -> {base}", flush=True)
+    init = (f"--load_path={base}", "--reset_optimizer_state=true")
+    stage1 = _train(folder, "stage1-rope", "configs/tiny-stage1-rope.yaml", data, *init)
     load = f"--load_path={stage1.checkpoint}"
     results = [stage1]
     for variant in ("repo", "rope"):
@@ -256,9 +262,11 @@ def _preamble(results: list[RunResult]) -> str:
     from .demo_corpus import NIAH_VARIANTS, SEQ_LEN, VOCAB
 
     return (
-        f"A tiny OLMo-2-shaped model (d_model 128, 4 layers, {SEQ_LEN}-token context, {VOCAB:,}-token BPE) "
-        f"pre-trained with RoPE (stage 1), then continued from that checkpoint with RePo on layers 1-3 and, "
-        f"for comparison, with RoPE (stage 2), on a generated corpus with RULER NIAH documents "
+        f"A tiny OLMo-2-shaped model (d_model 128, 4 layers, tied embeddings, {SEQ_LEN}-token context, "
+        f"{VOCAB:,}-token BPE): the shipped base model (`olmo_repo/demo_base/`, 4,000 steps of RoPE "
+        f"pre-training, built by `make demo-base`) continued with RoPE (stage 1), then continued from that "
+        f"checkpoint with RePo on layers 1-3 and, for comparison, with RoPE (stage 2), on a generated corpus "
+        f"with RULER NIAH documents "
         f"({', '.join(NIAH_VARIANTS)}; seeds the evaluation does not use), short retrieval practice and "
         f"stories. Evaluated as Hugging Face models (`scripts/convert_to_hf.py`).\n\n## Training\n\n"
         f"{markdown_table(_HEADER, _rows(results))}\n\nLosses are token cross-entropy (nats).\n"

@@ -34,7 +34,8 @@ SEQ_LEN = 512  # the tiny configs' max_sequence_length: NIAH runs at 512, 1024 (
 VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
 SPECIALS = ("<|endoftext|>", "<|pad|>")
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
-SPLIT_WINDOWS = {"stage1": 300 * BATCH, "stage2": 100 * BATCH, "val": 4 * BATCH}  # the configs' steps
+# The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo_base`), not the demo's.
+SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 300 * BATCH, "val": 4 * BATCH}
 NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
 TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (seed 42) never uses
 
@@ -160,20 +161,24 @@ def _window(tokenizer: PreTrainedTokenizerBase, rng: random.Random, niah_index: 
     return ids[:SEQ_LEN], niah_index
 
 
-def build_corpus(out_dir: Path, seed: int = 0) -> dict[str, Path]:
-    """Write tokenizer.json and stage1.npy, stage2.npy, val.npy (uint32 memmaps of SEQ_LEN-token windows, so
-    that OLMo's dataset reads whole documents) under out_dir; returns their paths."""
-    tokenizer = build_tokenizer()
+def build_corpus(
+    out_dir: Path, tokenizer: PreTrainedTokenizerFast, windows: dict[str, int] | None = None
+) -> dict[str, Path]:
+    """Write tokenizer.json and `{split}.npy` for each split of `windows` (split -> number of windows; default:
+    SPLIT_WINDOWS without "base"), uint32 memmaps of SEQ_LEN-token windows so that OLMo's dataset reads whole
+    documents, under out_dir; returns their paths. Each split draws from its own seeds: its windows are the
+    same whichever other splits are built, and fewer windows are a prefix of more."""
+    windows = windows or {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     paths = {"tokenizer": out_dir / "tokenizer.json"}
-    niah_index = 0
-    for i, (split, n_windows) in enumerate(SPLIT_WINDOWS.items()):
-        rng = random.Random(seed * 100 + i)
-        windows = []
+    for split, n_windows in windows.items():
+        rng = random.Random(f"demo-corpus/{split}")
+        niah_index = list(SPLIT_WINDOWS).index(split) * 10_000_000  # disjoint NIAH seeds per split
+        rows = []
         for _ in tqdm(range(n_windows), desc=f"corpus {split}", unit="window", mininterval=2):
             window, niah_index = _window(tokenizer, rng, niah_index)
-            windows.append(window)
+            rows.append(window)
         paths[split] = out_dir / f"{split}.npy"
-        np.asarray(windows, dtype=np.uint32).tofile(paths[split])
+        np.asarray(rows, dtype=np.uint32).tofile(paths[split])
     return paths

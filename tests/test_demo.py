@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from olmo_repo.demo import DemoFolder, positions_summary
 
@@ -32,7 +33,7 @@ def test_a_users_folder_is_refused_before_any_work(tmp_path):
     assert result.returncode == 1
     assert result.stderr == (
         f"{tmp_path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
-        "writes a corpus and three runs there)\n"
+        "writes its corpus and runs there)\n"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "mine"
@@ -72,32 +73,42 @@ def test_demo_constants_are_the_configs():
     from omegaconf import OmegaConf as om
 
     from olmo_repo import demo_corpus as demo
+    from olmo_repo.demo_base import BASE_STEPS
 
-    stage1, *stage2 = (
-        om.load(ROOT / f"configs/tiny-{name}.yaml") for name in ("stage1-rope", "stage2-repo", "stage2-rope")
+    base, stage1, *stage2 = (
+        om.load(ROOT / f"configs/tiny-{name}.yaml")
+        for name in ("base-rope", "stage1-rope", "stage2-repo", "stage2-rope")
     )
-    for config in [stage1, *stage2]:
+    for config in [base, stage1, *stage2]:
         assert config.model.max_sequence_length == demo.SEQ_LEN
         assert config.model.vocab_size == config.model.embedding_size == demo.VOCAB
         assert (config.model.eos_token_id, config.model.pad_token_id) == (0, 1)
         assert config.global_train_batch_size == demo.BATCH
+    # Stage 1 continues the base model, stage 2 stage 1: the same model, RePo aside.
+    assert all(c.model == base.model for c in [stage1, stage2[1]])
+    assert {k: v for k, v in stage2[0].model.items() if not k.startswith("pe_")} == base.model
+    assert demo.SPLIT_WINDOWS["base"] == base.max_duration * demo.BATCH == BASE_STEPS * demo.BATCH
     assert demo.SPLIT_WINDOWS["stage1"] == stage1.max_duration * demo.BATCH  # every window read once
     assert all(demo.SPLIT_WINDOWS["stage2"] == c.max_duration * demo.BATCH for c in stage2)
 
 
-def test_corpus_windows_hold_whole_niah_documents(tmp_path, monkeypatch):
+def test_corpus_windows_hold_whole_niah_documents(tmp_path):
     from olmo_repo import demo_corpus as demo
     from olmo_repo.eval import niah
 
-    monkeypatch.setattr(demo, "SPLIT_WINDOWS", {"stage1": 12, "stage2": 4, "val": 2})
-    paths = demo.build_corpus(tmp_path)
+    tokenizer = demo.build_tokenizer()
+    paths = demo.build_corpus(tmp_path, tokenizer, {"stage1": 12, "stage2": 4, "val": 2})
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "stage1.npy",
         "stage2.npy",
         "tokenizer.json",
         "val.npy",
     ]
-    tokenizer = demo.build_tokenizer()
+    # A split's windows do not depend on the other splits, and fewer are a prefix of more.
+    again = demo.build_corpus(tmp_path / "again", tokenizer, {"stage1": 5})
+    assert np.array_equal(
+        np.fromfile(again["stage1"], np.uint32), np.fromfile(paths["stage1"], np.uint32)[: 5 * demo.SEQ_LEN]
+    )
     assert len(tokenizer) == demo.VOCAB and tokenizer.eos_token_id == 0 and tokenizer.pad_token_id == 1
     assert tokenizer.tokenize(" 1848944") == ["Ġ", "184", "894", "4"]  # dolma2's groups of up to 3 digits
     windows = np.fromfile(paths["stage1"], dtype=np.uint32).reshape(-1, demo.SEQ_LEN)
@@ -114,3 +125,62 @@ def test_corpus_windows_hold_whole_niah_documents(tmp_path, monkeypatch):
     # The corpus's NIAH documents are RULER's prompts, with seeds the evaluation does not use.
     first = niah.niah_samples(tokenizer, demo.NIAH_VARIANTS[0], 512, n=1, seed=42)[0]
     assert not any(first.answers[0] in d for d in documents)
+
+
+def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
+    from omegaconf import OmegaConf as om
+    from transformers import AutoModelForCausalLM
+
+    from olmo_repo import demo_corpus as demo
+    from olmo_repo.demo_base import BASE_DIR, HF_FILES, base_tokenizer
+    from olmo_repo.eval import niah
+    from olmo_repo.hf.convert import olmo_config_from_hf, read_hf_config
+
+    assert {p.name for p in BASE_DIR.iterdir()} == HF_FILES
+    shipped, built = base_tokenizer(), demo.build_tokenizer()  # the tokenizer the code builds, bit for bit
+    assert shipped.get_vocab() == built.get_vocab()
+    text = "One of the special magic numbers for tidy-bone is: 8364512.\nWhat is it?"
+    assert shipped(text).input_ids == built(text).input_ids
+    config = olmo_config_from_hf(read_hf_config(BASE_DIR))
+    expected = om.load(ROOT / "configs/tiny-base-rope.yaml").model
+    for key in ("d_model", "n_heads", "n_layers", "vocab_size", "weight_tying", "rope_theta", "norm_after"):
+        assert getattr(config, key) == expected[key], key
+    model = AutoModelForCausalLM.from_pretrained(BASE_DIR)  # stock transformers: a plain Olmo2 model
+    assert type(model).__name__ == "Olmo2ForCausalLM" and model.dtype == torch.bfloat16
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    # Why it is shipped: it retrieves (the evaluation's own prompts and scorer; greedy, fp32).
+    model.float()
+    for sample in niah.niah_samples(shipped, "niah_single_1", demo.SEQ_LEN, n=4, seed=42):
+        ids = shipped(sample.prompt, return_tensors="pt").input_ids
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=shipped.pad_token_id)
+        assert niah.score(shipped.decode(out[0, ids.shape[1] :]), sample.answers) == 1.0
+
+
+def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from olmo_repo.demo_base import HF_FILES
+
+    script = ROOT / "scripts/demo_base.py"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine/notes.txt").write_text("mine")
+    args = [sys.executable, str(script), "--work", str(tmp_path / "work"), "--steps", "2"]
+    refused = subprocess.run([*args, "--output", str(tmp_path / "mine")], capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr
+        == f"{tmp_path / 'mine'} holds files that no base build wrote: pass a new folder as the output\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written
+    refused = subprocess.run(
+        [*args[:2], "--work", str(tmp_path / "mine"), "--output", str(tmp_path / "base")]
+    )
+    assert refused.returncode == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+    built = subprocess.run([*args, "--output", str(tmp_path / "base")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    assert "Base model: 2 steps" in built.stdout
+    assert {p.name for p in (tmp_path / "base").iterdir()} == HF_FILES
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert model.dtype == torch.bfloat16 and model.config.tie_word_embeddings
+    assert np.fromfile(tmp_path / "work/data/base.npy", np.uint32).size == 2 * 8 * 512
