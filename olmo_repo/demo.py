@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from olmo.exceptions import OLMoCheckpointError
 from olmo.util import find_latest_checkpoint
 
 from .eval.tables import markdown_table
@@ -221,14 +222,18 @@ def run_demo(out: Path = ROOT / "runs/demo", samples: int = 20) -> list[RunResul
     from .hf.convert import convert_from_hf, convert_to_hf
 
     folder.clear()
+    tokenizer = base_tokenizer()
+    try:  # an unsharded checkpoint at step 0, without optimizer state; written only once complete
+        base = convert_from_hf(BASE_DIR, folder.entry("base"))
+    except (OSError, OLMoCheckpointError) as e:
+        sys.exit(f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)")
+    print(f"Base model {BASE_DIR} -> {base}", flush=True)
     data_dir = folder.entry("data")
     print(f"Building the corpus under {data_dir}...", flush=True)
-    paths = build_corpus(data_dir, base_tokenizer())
+    paths = build_corpus(data_dir, tokenizer)
     sizes = ", ".join(f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy")
     print(f"   {sizes}", flush=True)
     data = f"--data_prefix={data_dir}"
-    base = convert_from_hf(BASE_DIR, folder.entry("base"))  # an unsharded checkpoint at step 0, no optimizer
-    print(f"Base model {BASE_DIR} -> {base}", flush=True)
     init = (f"--load_path={base}", "--reset_optimizer_state=true")
     stage1 = _train(folder, "stage1-rope", "configs/tiny-stage1-rope.yaml", data, *init)
     load = f"--load_path={stage1.checkpoint}"

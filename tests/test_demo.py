@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -184,3 +185,19 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
     assert model.dtype == torch.bfloat16 and model.config.tie_word_embeddings
     assert np.fromfile(tmp_path / "work/data/base.npy", np.uint32).size == 2 * 8 * 512
+
+
+def test_a_corrupt_shipped_base_stops_the_demo_in_one_line(tmp_path, monkeypatch):
+    from olmo_repo import demo_base
+    from olmo_repo.demo import run_demo
+
+    base = tmp_path / "base"
+    shutil.copytree(demo_base.BASE_DIR, base)
+    (base / "model.safetensors").write_bytes((demo_base.BASE_DIR / "model.safetensors").read_bytes()[:1000])
+    monkeypatch.setattr(demo_base, "BASE_DIR", base)
+    with pytest.raises(SystemExit) as stopped:
+        run_demo(tmp_path / "demo")
+    message = str(stopped.value.code)
+    assert f"{base / 'model.safetensors'} cannot be read" in message and "make demo-base" in message
+    assert "\n" not in message
+    assert [p.name for p in (tmp_path / "demo").iterdir()] == [".olmo-repo-demo"]  # nothing half-written
