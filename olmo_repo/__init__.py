@@ -1,19 +1,51 @@
-"""RePo (context re-positioning) as a plugin over ai2-olmo. Importing this package installs the block factory."""
+"""RePo (context re-positioning) as a plugin over ai2-olmo.
 
-from .block import RepoSequentialBlock, predict_positions
-from .config import PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes, repo_layer_ids
-from .registry import build_model, install
+`import olmo_repo` is light: the OLMo side loads on first use of one of its names below, and that first use
+installs the block factory (`olmo_repo.registry.install`: `OLMoBlock.build` builds RePo/NoPE blocks from the
+config). The Hugging Face side, `olmo_repo.hf`, needs transformers and torch only, not ai2-olmo.
+"""
 
-install()
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .block import RepoSequentialBlock, predict_positions, repo_blocks
+    from .config import PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes, repo_layer_ids
+    from .registry import build_model, install
+
+_OLMO_SIDE = {
+    "PositionMode": "config",
+    "RepoModelConfig": "config",
+    "RepoTrainConfig": "config",
+    "layer_modes": "config",
+    "repo_layer_ids": "config",
+    "RepoSequentialBlock": "block",
+    "predict_positions": "block",
+    "repo_blocks": "block",
+    "build_model": "registry",
+    "install": "registry",
+}
 
 __all__ = [
     "PositionMode",
-    "RepoSequentialBlock",
     "RepoModelConfig",
+    "RepoSequentialBlock",
     "RepoTrainConfig",
     "build_model",
     "install",
     "layer_modes",
     "predict_positions",
+    "repo_blocks",
     "repo_layer_ids",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _OLMO_SIDE:
+        raise AttributeError(f"module 'olmo_repo' has no attribute {name!r}")
+    import_module(".registry", __name__).install()
+    value = getattr(import_module(f".{_OLMO_SIDE[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -8,14 +8,13 @@ Deltas from `olmo.model.OLMoSequentialBlock` (everything else is inherited uncha
 - `attention()` rotates q and k by those positions (RePo) or not at all (NoPE), after the q/k norms and
   *before* the KV cache, so cached keys are already rotated by their own positions (stock OLMo caches
   unrotated keys and re-rotates them by integer index, which a learned position cannot be).
-- The positions reach `attention()` in its attention-bias argument (`_BiasAndPositions`), which the stock
+- The positions reach `attention()` in its attention-bias argument (`BiasAndPositions`), which the stock
   `forward` passes through untouched, also into its fine-grained activation-checkpoint call: the
-  recomputation in backward sees the same positions, and nothing is stored on `self`.
+  recomputation in backward sees the same positions, and nothing is stored on `self`. The stock parts of
+  `attention()` and this reliance on `forward` live in `olmo_repo.upstream.olmo`, with their canaries.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -26,16 +25,12 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .config import PositionMode, layer_modes
+from .modes import F_PHI_WEIGHTS
 from .rope import f_phi, inv_frequencies, rotate_qk
+from .upstream import olmo as olmo_upstream
+from .upstream.olmo import BiasAndPositions, KVCache
 
-__all__ = ["RepoSequentialBlock", "predict_positions"]
-
-KVCache = tuple[Tensor, Tensor]
-
-
-class _BiasAndPositions(NamedTuple):
-    bias: Tensor | None
-    positions: Tensor | None  # [B, H, T] fp32, RePo layers only
+__all__ = ["RepoSequentialBlock", "predict_positions", "repo_blocks"]
 
 
 class RepoSequentialBlock(OLMoSequentialBlock):
@@ -48,16 +43,19 @@ class RepoSequentialBlock(OLMoSequentialBlock):
         if self.pe_mode == PositionMode.repo:
             hidden = config.d_model // 8
             # nn.Linear, not bare Parameters: OLMo's optimizer grouping and FSDP expect modules.
-            self.gate_map = nn.Linear(config.d_model, hidden, bias=False, device=config.init_device)
-            self.content_map = nn.Linear(config.d_model, hidden, bias=False, device=config.init_device)
-            self.final_map = nn.Linear(hidden, config.n_heads, bias=False, device=config.init_device)
+            # F_PHI_WEIGHTS: gate_map, content_map: d_model -> hidden; final_map: hidden -> n_heads.
+            shapes = ((config.d_model, hidden), (config.d_model, hidden), (hidden, config.n_heads))
+            for name, (d_in, d_out) in zip(F_PHI_WEIGHTS, shapes, strict=True):
+                self.add_module(name, nn.Linear(d_in, d_out, bias=False, device=config.init_device))
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
         if self.pe_mode == PositionMode.repo:
-            for linear in (self.gate_map, self.content_map, self.final_map):
+            for name in F_PHI_WEIGHTS:
                 init_normal(
-                    linear, std=self.config.init_std, init_cutoff_factor=self.config.init_cutoff_factor
+                    getattr(self, name),
+                    std=self.config.init_std,
+                    init_cutoff_factor=self.config.init_cutoff_factor,
                 )
 
     def predict_positions(self, x: Tensor) -> Tensor:
@@ -82,7 +80,7 @@ class RepoSequentialBlock(OLMoSequentialBlock):
         cu_doc_lens: Tensor | None = None,
     ) -> tuple[Tensor, KVCache | None]:
         positions = self.predict_positions(x) if self.pe_mode == PositionMode.repo else None
-        bias = _BiasAndPositions(attention_bias, positions)
+        bias = BiasAndPositions(attention_bias, positions)
         return super().forward(x, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)  # type: ignore[arg-type]
 
     def attention(  # type: ignore[override]
@@ -90,47 +88,20 @@ class RepoSequentialBlock(OLMoSequentialBlock):
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        attention_bias: _BiasAndPositions,
+        attention_bias: BiasAndPositions,
         layer_past: KVCache | None = None,
         use_cache: bool = False,
         max_doc_len: int | None = None,
         cu_doc_lens: Tensor | None = None,
     ) -> tuple[Tensor, KVCache | None]:
+        """Stock `OLMoBlock.attention` (`olmo_repo.upstream.olmo`) with the rotation by real positions
+        (or none) before the KV cache instead of integer RoPE after it."""
         bias, positions = attention_bias
-        B, T, C = q.size()
-        head_dim = C // self.config.n_heads
-        n_kv = self.config.effective_n_kv_heads
-        dtype = k.dtype
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q).to(dtype), self.k_norm(k).to(dtype)
-        q = q.view(B, T, self.config.n_heads, head_dim).transpose(1, 2)  # [B, H, T, hd]
-        k = k.view(B, T, n_kv, head_dim).transpose(1, 2)  # [B, H_kv, T, hd]
-        v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
-
+        q, k, v = olmo_upstream.heads(self, q, k, v)  # [B, H, T, hd]
         if positions is not None:
-            inv_freq = inv_frequencies(head_dim, self.config.rope_theta, q.device)
+            inv_freq = inv_frequencies(q.shape[-1], self.config.rope_theta, q.device)
             q, k = rotate_qk(q, k, positions, inv_freq)
-
-        if layer_past is not None:  # cached keys are already rotated
-            k = torch.cat((layer_past[0], k), dim=-2)
-            v = torch.cat((layer_past[1], v), dim=-2)
-        present = (k, v) if use_cache else None
-
-        if bias is not None:
-            query_len, key_len = q.shape[-2], k.shape[-2]
-            bias = self._cast_attn_bias(bias[:, :, key_len - query_len : key_len, :key_len], dtype)
-        att = self._scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=bias,
-            dropout_p=0.0 if not self.training else self.config.attention_dropout,
-            is_causal=bias is None,
-            max_doc_len=max_doc_len,
-            cu_doc_lens=cu_doc_lens,
-        )
-        att = att.transpose(1, 2).contiguous().view(B, T, C)  # [B, T, d_model]
-        return self.attn_out(att), present
+        return olmo_upstream.attend(self, q, k, v, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)
 
 
 @torch.no_grad()
@@ -140,9 +111,7 @@ def predict_positions(model: nn.Module, input_ids: Tensor, **forward_kwargs) -> 
     Hooks read each RePo block's input and apply its f_phi, so what comes back is what the forward used.
     """
     positions: dict[int, Tensor] = {}
-    blocks = [
-        m for m in model.modules() if isinstance(m, RepoSequentialBlock) and m.pe_mode == PositionMode.repo
-    ]
+    blocks = repo_blocks(model)
     hooks = [
         b.register_forward_pre_hook(
             lambda b, args: positions.__setitem__(b.layer_id, b.predict_positions(args[0]))
@@ -155,3 +124,10 @@ def predict_positions(model: nn.Module, input_ids: Tensor, **forward_kwargs) -> 
         for h in hooks:
             h.remove()
     return positions
+
+
+def repo_blocks(model: nn.Module) -> list[RepoSequentialBlock]:
+    """The blocks of `model` (an OLMo model, wrapped or not) that predict positions, in layer order."""
+    return [
+        m for m in model.modules() if isinstance(m, RepoSequentialBlock) and m.pe_mode == PositionMode.repo
+    ]

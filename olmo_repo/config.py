@@ -1,18 +1,11 @@
 """Configuration: OLMo's config dataclasses plus one position mode per layer.
 
-A layer uses `pe_mode` when it is selected, and stock RoPE otherwise. A layer is selected when its id is
->= `pe_start_layer` and, if `pe_layer_ids` is set, in that list. The paper's setups:
-
-    RePo 1B (16 layers)   pe_mode: repo, pe_start_layer: 5          -> layers 5..15
-    RePo 7B (32 layers)   pe_mode: repo, pe_start_layer: 10         -> layers 10..31
-    NoPE                  pe_mode: nope                             -> every layer
-    R2N1 (16 layers)      pe_mode: nope, pe_layer_ids: [2, 5, 8, 11, 14]
-    N2R1 (16 layers)      pe_mode: nope, pe_layer_ids: [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15]
-
-The reference fork's keys (`model.dynamic_pe_mode`, `model.dynamic_pe_start_layer`,
-`model.dynamic_pe_layer_ids`, top-level `data_prefix`) load too and mean the same thing. As in the reference
-fork, `data_prefix` is a local copy of http://olmo-data.org: the official configs name their data by URL, and
-with `data_prefix` set those files are read from the copy instead.
+`RepoModelConfig` adds the keys `pe_mode`, `pe_start_layer`, `pe_layer_ids`; which layers they select, and the
+rules they must follow, are `olmo_repo.modes` (shared with the HF side). The reference fork's keys
+(`model.dynamic_pe_mode`, `model.dynamic_pe_start_layer`, `model.dynamic_pe_layer_ids`, top-level
+`data_prefix`) load too and mean the same thing. As in the reference fork, `data_prefix` is a local copy of
+http://olmo-data.org: the official configs name their data by URL, and with `data_prefix` set those files
+are read from the copy instead.
 """
 
 from __future__ import annotations
@@ -27,27 +20,16 @@ from olmo.util import StrEnum
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 
+from . import modes
+
 __all__ = ["PositionMode", "RepoModelConfig", "RepoTrainConfig", "layer_modes", "repo_layer_ids"]
 
 OLMO_DATA_URL = "http://olmo-data.org"
 """Where the released OLMo-2 configs (and so the official ones here) read their data from."""
 
 
-class PositionMode(StrEnum):
-    rope = "rope"
-    """Integer positions 0..T-1: stock OLMo RoPE."""
-    nope = "nope"
-    """No rotation: every token has the same position."""
-    repo = "repo"
-    """Real per-head positions predicted from the hidden state by f_phi (RePo)."""
-
-
-# The reference fork's `dynamic_pe_mode` values. `cope` is a different method and is not supported.
-_REFERENCE_MODES = {
-    "none": PositionMode.rope,
-    "nope": PositionMode.nope,
-    "swigluex_multihead": PositionMode.repo,
-}
+# rope | nope | repo (`olmo_repo.modes.MODES`), as an Enum so that OmegaConf checks the value at load.
+PositionMode = StrEnum("PositionMode", [(mode, mode) for mode in modes.MODES])
 
 
 @dataclass
@@ -68,26 +50,15 @@ class RepoModelConfig(ModelConfig):
 
     def validate(self) -> None:
         """Raise one `OLMoConfigurationError` naming the bad key and what it allows."""
-        n = self.n_layers
-        if not 0 <= self.pe_start_layer < n:
-            raise OLMoConfigurationError(
-                f"model.pe_start_layer={self.pe_start_layer} is out of range: allowed 0..{n - 1} (n_layers={n})"
+        sizes = {"n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.effective_n_kv_heads}
+        try:
+            modes.check_position_modes(
+                str(self.pe_mode), self.pe_start_layer, self.pe_layer_ids, sizes, prefix="model."
             )
-        if self.pe_layer_ids is not None:
-            bad = [i for i in self.pe_layer_ids if not 0 <= i < n]
-            if bad:
-                raise OLMoConfigurationError(
-                    f"model.pe_layer_ids has layer ids {bad} out of range: allowed 0..{n - 1} (n_layers={n})"
-                )
-            if len(set(self.pe_layer_ids)) != len(self.pe_layer_ids):
-                raise OLMoConfigurationError(f"model.pe_layer_ids={self.pe_layer_ids} repeats a layer id")
+        except ValueError as e:
+            raise OLMoConfigurationError(str(e)) from None
         if self.pe_mode == PositionMode.rope:
             return
-        if not _selected_layers(self):
-            raise OLMoConfigurationError(
-                f"model.pe_mode={self.pe_mode} selects no layer: pe_start_layer={self.pe_start_layer} and "
-                f"pe_layer_ids={self.pe_layer_ids} have no layer in common"
-            )
         if not self.rope:
             raise OLMoConfigurationError(
                 f"model.pe_mode={self.pe_mode} needs model.rope=true (the other layers use RoPE and the "
@@ -98,33 +69,22 @@ class RepoModelConfig(ModelConfig):
                 f"model.pe_mode={self.pe_mode} needs model.block_type=sequential (got {self.block_type}); "
                 "allowed: sequential"
             )
-        if self.pe_mode == PositionMode.repo and self.effective_n_kv_heads != self.n_heads:
-            raise OLMoConfigurationError(
-                f"model.pe_mode=repo predicts one position per query head, so grouped-query attention is not "
-                f"supported: model.n_kv_heads={self.n_kv_heads} must be null or equal n_heads={self.n_heads}"
-            )
 
     @classmethod
     def update_legacy_settings(cls, config: Any) -> Any:
         return _translate_reference_keys(config, prefix="model.")
 
 
-def _selected_layers(config: ModelConfig) -> list[int]:
-    ids = getattr(config, "pe_layer_ids", None)
-    start = getattr(config, "pe_start_layer", 0)
-    return [i for i in range(config.n_layers) if i >= start and (ids is None or i in ids)]
-
-
 def layer_modes(config: ModelConfig) -> list[PositionMode]:
-    """The position mode of every layer. A stock `ModelConfig` gives all `rope`."""
-    mode = PositionMode(getattr(config, "pe_mode", PositionMode.rope))
-    selected = set(_selected_layers(config))
-    return [mode if i in selected else PositionMode.rope for i in range(config.n_layers)]
+    """The position mode of every layer (`olmo_repo.modes`). A stock `ModelConfig` gives all `rope`."""
+    mode = str(getattr(config, "pe_mode", PositionMode.rope))
+    start, ids = getattr(config, "pe_start_layer", 0), getattr(config, "pe_layer_ids", None)
+    return [PositionMode(m) for m in modes.layer_modes(mode, config.n_layers, start, ids)]
 
 
 def repo_layer_ids(config: ModelConfig) -> list[int]:
     """The layers that use RePo positions."""
-    return [i for i, mode in enumerate(layer_modes(config)) if mode == PositionMode.repo]
+    return modes.repo_layers(layer_modes(config))
 
 
 @dataclass
@@ -188,23 +148,15 @@ def _translate_reference_keys(model: Any, prefix: str) -> Any:
             "fork's dynamic_pe_* keys, not both"
         )
     model = model.copy()
-    if "dynamic_pe_mode" in model:
-        value = str(model.pop("dynamic_pe_mode"))
-        if value not in _REFERENCE_MODES:
-            raise OLMoConfigurationError(
-                f"{prefix}dynamic_pe_mode={value!r} is not supported; allowed: {', '.join(_REFERENCE_MODES)}"
-            )
-        model.pe_mode = str(_REFERENCE_MODES[value])
-    if "dynamic_pe_start_layer" in model:
-        model.pe_start_layer = model.pop("dynamic_pe_start_layer")
-    if "dynamic_pe_layer_ids" in model:
-        ids = model.pop("dynamic_pe_layer_ids")
-        if isinstance(ids, str):  # the reference writes "2,5,8"; "" means all layers
-            try:
-                ids = [int(i) for i in ids.split(",") if i.strip()] or None
-            except ValueError:
-                raise OLMoConfigurationError(
-                    f"{prefix}dynamic_pe_layer_ids={ids!r} is not a comma-separated list of layer ids"
-                ) from None
-        model.pe_layer_ids = ids
+    try:
+        if "dynamic_pe_mode" in model:
+            mode = str(model.pop("dynamic_pe_mode"))
+            model.pe_mode = modes.reference_mode(mode, f"{prefix}dynamic_pe_mode")
+        if "dynamic_pe_start_layer" in model:
+            model.pe_start_layer = model.pop("dynamic_pe_start_layer")
+        if "dynamic_pe_layer_ids" in model:  # the reference writes "2,5,8"; "" means all layers
+            ids = model.pop("dynamic_pe_layer_ids")
+            model.pe_layer_ids = modes.parse_layer_ids(ids, f"{prefix}dynamic_pe_layer_ids")
+    except ValueError as e:
+        raise OLMoConfigurationError(str(e)) from None
     return model

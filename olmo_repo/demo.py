@@ -20,7 +20,6 @@ replaced while anything else in it stays. A non-empty folder that no demo wrote 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -245,7 +244,9 @@ def run_demo(out: Path = ROOT / "runs/demo", samples: int = 20) -> list[RunResul
 
     print("\nEvaluating the stage-2 models for the report...", flush=True)
     # As scripts/eval.py: lm-eval's per-task notes are noise here; its errors still show.
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    from ..upstream import lm_eval
+
+    lm_eval.quiet()
     models = {
         label: convert_to_hf(r.checkpoint, folder.entry(f"{r.name}-hf"))
         for label, r in zip(("RePo", "RoPE"), results[1:])

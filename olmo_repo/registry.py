@@ -13,22 +13,21 @@ from olmo.model import BufferCache, OLMo, OLMoBlock
 
 from .block import RepoSequentialBlock
 from .config import PositionMode, layer_modes
+from .upstream.olmo import STOCK_BLOCK_BUILD, route_block_build
 
 __all__ = ["build_model", "install"]
-
-_stock_build = OLMoBlock.__dict__["build"].__func__
 
 
 def _build(cls: type[OLMoBlock], layer_id: int, config: ModelConfig, cache: BufferCache) -> OLMoBlock:
     if layer_modes(config)[layer_id] == PositionMode.rope:
-        return _stock_build(cls, layer_id, config, cache)
+        return STOCK_BLOCK_BUILD(cls, layer_id, config, cache)
     return RepoSequentialBlock(layer_id, config, cache)
 
 
 def install() -> None:
-    """Make `OLMoBlock.build` RePo-aware. Idempotent; `import olmo_repo` calls it."""
-    if OLMoBlock.__dict__["build"].__func__ is not _build:
-        OLMoBlock.build = classmethod(_build)  # type: ignore[method-assign,assignment]
+    """Make `OLMoBlock.build` RePo-aware (idempotent). The first use of an OLMo-side name of `olmo_repo`
+    calls it, and so does `build_model`."""
+    route_block_build(_build)
 
 
 def build_model(config: ModelConfig) -> OLMo:

@@ -29,10 +29,8 @@ from olmo_repo import (
     predict_positions,
 )
 from olmo_repo.checkpoint import load_model
-from olmo_repo.config import _REFERENCE_MODES
 from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model
 from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
-from olmo_repo.hf.configuration_repo_olmo2 import REFERENCE_MODES
 from olmo_repo.hf.convert import (
     _staged_dir,
     as_hf_dir,
@@ -477,10 +475,6 @@ def test_reference_weights_and_pe_config_must_agree(tmp_path, tokenizer_file, ov
         with pytest.raises(ValueError, match=f"^{re.escape(str(ref))}: .*{message}"):
             load()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "ref"]
-
-
-def test_reference_modes_agree_with_the_olmo_config():
-    assert REFERENCE_MODES == {k: str(v) for k, v in _REFERENCE_MODES.items()}
 
 
 def test_stock_olmo2_directories_still_load_as_stock_olmo2(tmp_path, tokenizer_file):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -219,7 +218,9 @@ def _table(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # lm-eval's per-task notes on custom datasets are noise here; its errors still show.
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    from ..upstream import lm_eval
+
+    lm_eval.quiet()
     try:
         run(args)
     except (ValueError, FileNotFoundError) as e:

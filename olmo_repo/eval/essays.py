@@ -1,4 +1,4 @@
-"""Offline stand-ins for what RULER's NIAH generator downloads: the essay haystack and Punkt's data.
+"""An offline stand-in for what RULER's NIAH generator downloads: the essay haystack.
 
 lm-eval's RULER generator (`lm_eval.tasks.ruler.prepare_niah`) takes its essay haystack from Paul Graham's
 essays (the Hub data set `baber/paul_graham_essays`) and places needles between sentences that nltk's Punkt
@@ -8,23 +8,17 @@ splitter finds, with the `punkt_tab` data that the module downloads when it is i
   cuts the essays. It is deterministic (fixed seed, no global state), has no digits (needle values are
   numbers and UUIDs), no abbreviations, and every sentence ends with `.`, `?` or `!` followed by a capital:
   any Punkt model splits it into the same sentences. 120,000 words: about 150K dolma2 tokens of haystack.
-- `NLTK_DATA`: an nltk data folder whose `tokenizers/punkt_tab/english/` holds an empty Punkt parameter set
-  (no abbreviations, collocations or sentence starters). `use_offline_punkt()` appends it to nltk's search
-  path, after the standard folders: a real `punkt_tab` wins where one is installed, and lm-eval's import no
-  longer downloads anything.
+
+Punkt's data, which the module downloads when it is imported, comes offline from `olmo_repo.upstream.nltk`.
 """
 
 from __future__ import annotations
 
 import random
 from functools import cache
-from pathlib import Path
 
-import nltk
+__all__ = ["ESSAY_WORDS", "essay_words"]
 
-__all__ = ["ESSAY_WORDS", "NLTK_DATA", "essay_words", "use_offline_punkt"]
-
-NLTK_DATA = Path(__file__).resolve().parent / "nltk_data"
 ESSAY_WORDS = 120_000
 
 _PEOPLE = [
@@ -116,9 +110,3 @@ def essay_words(n_words: int = ESSAY_WORDS) -> tuple[str, ...]:
     while len(words) < n_words:
         words.extend(_sentence(rng).split(" "))
     return tuple(words[:n_words])
-
-
-def use_offline_punkt() -> None:
-    """Let nltk find `punkt_tab` without a download: append `NLTK_DATA` to its search path (idempotent)."""
-    if str(NLTK_DATA) not in nltk.data.path:
-        nltk.data.path.append(str(NLTK_DATA))

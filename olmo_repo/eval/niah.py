@@ -45,15 +45,16 @@ import datasets
 import nltk
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..upstream.lm_eval import (
+    TEMPLATE,
+    maybe_delimit,
+    metadata_tokenizer,
+    prepare_niah,
+    ruler_score,
+    seeded_random,
+)
 from . import tables
-from .essays import essay_words, use_offline_punkt
-
-use_offline_punkt()  # before lm-eval's RULER module is imported: it downloads `punkt_tab` when it finds none
-
-from lm_eval.api.utils import maybe_delimit  # noqa: E402
-from lm_eval.tasks.ruler import prepare_niah  # noqa: E402
-from lm_eval.tasks.ruler.common_utils import postprocess_pred, string_match_all  # noqa: E402
-from lm_eval.tasks.ruler.niah_utils import TEMPLATE  # noqa: E402
+from .essays import essay_words
 
 __all__ = [
     "ESSAYS",
@@ -217,16 +218,14 @@ def niah_samples(
     haystack = _haystack(spec.haystack, essays)
     budget = length - MAX_NEW_TOKENS
     hi = len(haystack) if spec.haystack == "essay" else max(budget, spec.needles)  # a unit is >= 1 token
-    caller_state = random.getstate()
     samples, units = [], spec.needles
-    try:
-        for index in range(n):
-            state = random.Random(f"niah/{seed}/{variant}/{length}/{index}").getstate()
-            drafts: dict[int, tuple] = {}
+    for index in range(n):
+        state = random.Random(f"niah/{seed}/{variant}/{length}/{index}").getstate()
+        drafts: dict[int, tuple] = {}
 
-            def draft(units: int, state=state, drafts=drafts) -> tuple:
-                if units not in drafts:
-                    random.setstate(state)  # lm-eval draws keys, values and depths from `random`
+        def draft(units: int, state=state, drafts=drafts) -> tuple:
+            if units not in drafts:
+                with seeded_random(state):  # lm-eval draws keys, values and depths from `random`
                     text, answers, query = prepare_niah.generate_input_output(
                         units,
                         haystack,
@@ -239,45 +238,43 @@ def niah_samples(
                         num_needle_q=spec.num_queries,
                         random_seed=seed,
                     )
-                    prompt = maybe_delimit(text, _gen_prefix(spec, query))
-                    tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
-                    drafts[units] = (text, answers, query, prompt, tokens)
-                return drafts[units]
+                prompt = maybe_delimit(text, _gen_prefix(spec, query))
+                tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
+                drafts[units] = (text, answers, query, prompt, tokens)
+            return drafts[units]
 
-            if draft(spec.needles)[4] > budget:
-                raise ValueError(
-                    f"{variant}: length {length} is too short: the prompt with the smallest haystack takes "
-                    f"{draft(spec.needles)[4]} tokens, plus {MAX_NEW_TOKENS} to generate"
-                )
-            units = _largest(lambda u, draft=draft: draft(u)[4] <= budget, spec.needles, hi, units)
-            if spec.haystack == "essay" and units == hi:
-                raise ValueError(
-                    f"{variant}: length {length} is beyond the essay haystack ({hi} words fill "
-                    f"{draft(units)[4]} of {budget} prompt tokens)"
-                )
-            text, answers, query, prompt, tokens = draft(units)
-            samples.append(
-                NiahSample(
-                    variant=variant,
-                    length=length,
-                    index=index,
-                    input=text,
-                    gen_prefix=_gen_prefix(spec, query),
-                    prompt=prompt,
-                    prompt_tokens=tokens,
-                    answers=list(answers),
-                    query=query,
-                    **_spans(spec, text, prompt, answers, query),
-                )
+        if draft(spec.needles)[4] > budget:
+            raise ValueError(
+                f"{variant}: length {length} is too short: the prompt with the smallest haystack takes "
+                f"{draft(spec.needles)[4]} tokens, plus {MAX_NEW_TOKENS} to generate"
             )
-    finally:
-        random.setstate(caller_state)
+        units = _largest(lambda u, draft=draft: draft(u)[4] <= budget, spec.needles, hi, units)
+        if spec.haystack == "essay" and units == hi:
+            raise ValueError(
+                f"{variant}: length {length} is beyond the essay haystack ({hi} words fill "
+                f"{draft(units)[4]} of {budget} prompt tokens)"
+            )
+        text, answers, query, prompt, tokens = draft(units)
+        samples.append(
+            NiahSample(
+                variant=variant,
+                length=length,
+                index=index,
+                input=text,
+                gen_prefix=_gen_prefix(spec, query),
+                prompt=prompt,
+                prompt_tokens=tokens,
+                answers=list(answers),
+                query=query,
+                **_spans(spec, text, prompt, answers, query),
+            )
+        )
     return samples
 
 
 def score(prediction: str, answers: Sequence[str]) -> float:
     """RULER's recall for one sample: the fraction of `answers` found in `prediction` (case-insensitive)."""
-    return string_match_all(postprocess_pred([prediction]), [list(answers)])
+    return ruler_score(prediction, list(answers))
 
 
 # ----------------------------------------------------------------------------------------------- lm-eval
@@ -287,9 +284,7 @@ def lm_eval_dataset(variant: str, **metadata: Any) -> datasets.DatasetDict:
     """lm-eval `custom_dataset` of the `repo_niah_*` tasks: RULER documents for every length in
     `max_seq_lengths`, from the metadata lm-eval passes (`tokenizer` or `pretrained`: a tokenizer name or
     directory; `num_samples` (default 500, RULER's), `seed` (42), `essays` ("offline"))."""
-    from lm_eval.tasks.ruler.common_utils import get_tokenizer, resolve_tokenizer_name
-
-    tokenizer = get_tokenizer(resolve_tokenizer_name(metadata))
+    tokenizer = metadata_tokenizer(metadata)
     docs = [
         sample.doc()
         for length in metadata.get("max_seq_lengths", [4096])

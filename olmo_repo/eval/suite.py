@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import constants
-from lm_eval.tasks._yaml_loader import load_yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..upstream.lm_eval import load_yaml
 from .niah import TASKS_DIR, VARIANTS
 
 __all__ = [

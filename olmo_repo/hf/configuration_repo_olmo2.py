@@ -2,17 +2,17 @@
 
 Deltas from `Olmo2Config`:
 
-- `pe_mode` (rope|nope|repo), `pe_start_layer`, `pe_layer_ids`: the same keys and selection rule as the OLMo
-  side (`olmo_repo.config`): a layer takes `pe_mode` when its id is >= `pe_start_layer` and, if
-  `pe_layer_ids` is set, in that list; every other layer keeps stock RoPE.
+- `pe_mode` (rope|nope|repo), `pe_start_layer`, `pe_layer_ids`: the same keys, selection rule and checks as
+  the OLMo side, from `olmo_repo.modes`.
 - Validation (`validate_position_modes`, run by `@strict` on construction and on `validate()`): one
-  `ValueError` naming the key and what it allows.
+  `ValueError` naming the key and what it allows; here also the RoPE type, which must rotate real positions.
 - `from_pretrained` also reads the reference implementation's format (`model_type: olmo2` with a nested
   `pe_config`): `reference_pe_keys` is the one translation of it, used by the converters too.
 
-This file is copied into converted checkpoints as remote code: it imports only transformers, torch and the
-standard library (the selection rule is restated here, not imported from `olmo_repo.config`; a test
-checks that the two agree).
+This file is copied into converted checkpoints as remote code with `modes.py`: it imports only transformers,
+torch, the standard library and `.modes` (inside the package `olmo_repo/hf/modes.py` re-exports
+`olmo_repo.modes`). transformers' private names it needs come through `olmo_repo.upstream.transformers`
+inside the package; remote code cannot import the package, so the one it uses is marked below.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 from transformers.utils import cached_file
 
+from .modes import F_PHI_WEIGHTS, check_position_modes, layer_modes, parse_layer_ids, reference_mode
+
 __all__ = [
-    "PE_MODES",
-    "REFERENCE_MODES",
     "ROPE_TYPES",
     "RepoOlmo2Config",
     "hub_kwargs",
@@ -39,13 +39,10 @@ __all__ = [
     "weight_names",
 ]
 
-PE_MODES = ("rope", "nope", "repo")
 # RoPE variants whose inverse frequencies do not depend on the sequence length, so that RePo's real
 # positions can be rotated with them: stock, linear interpolation and YaRN.
 ROPE_TYPES = ("default", "linear", "yarn")
-# The reference's `dynamic_pe_mode` values and their modes here (`cope` is another method: unsupported).
-REFERENCE_MODES = {"none": "rope", "nope": "nope", "swigluex_multihead": "repo"}
-_REPO_WEIGHT = re.compile(r"(?:model\.)?layers\.(\d+)\.self_attn\.(?:gate_map|content_map|final_map)\.weight")
+_REPO_WEIGHT = re.compile(rf"(?:model\.)?layers\.(\d+)\.self_attn\.(?:{'|'.join(F_PHI_WEIGHTS)})\.weight")
 
 
 def reference_pe_keys(
@@ -63,24 +60,18 @@ def reference_pe_keys(
     weight names, they must be exactly the RePo layers of this selection, else one ValueError names both.
     """
     mode = str(pe_config.get("dynamic_pe_mode", "none"))
-    if mode not in REFERENCE_MODES:
-        raise ValueError(
-            f"{source}: pe_config.dynamic_pe_mode={mode!r} is not supported; allowed: {', '.join(REFERENCE_MODES)}"
-        )
-    start = int(pe_config.get("dynmaic_pe_start_layer", 0))
-    ids = pe_config.get("dynmaic_pe_layer_ids", "")
-    if isinstance(ids, str):
-        try:
-            ids = [int(i) for i in ids.split(",") if i.strip()]
-        except ValueError:
-            raise ValueError(
-                f"{source}: pe_config.dynmaic_pe_layer_ids={ids!r} is not a comma-separated list of layer ids"
-            ) from None
-    keys = dict(pe_mode=REFERENCE_MODES[mode], pe_start_layer=start, pe_layer_ids=list(ids) or None)
+    try:
+        pe_mode = reference_mode(mode, "pe_config.dynamic_pe_mode")
+        start = int(pe_config.get("dynmaic_pe_start_layer", 0))
+        ids = parse_layer_ids(pe_config.get("dynmaic_pe_layer_ids", ""), "pe_config.dynmaic_pe_layer_ids")
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    keys = dict(pe_mode=pe_mode, pe_start_layer=start, pe_layer_ids=ids)
     if weights is not None:
         carried = sorted({int(m[1]) for name in weights if (m := _REPO_WEIGHT.fullmatch(name))})
-        selected = [i for i in range(num_layers) if i >= start and (not ids or i in ids)]
-        if carried != (selected if keys["pe_mode"] == "repo" else []):
+        modes = layer_modes(pe_mode, num_layers, start, ids)
+        selected = [i for i, m in enumerate(modes) if m != "rope"]
+        if carried != (selected if pe_mode == "repo" else []):
             described = (
                 f"{keys['pe_mode']} in layers {selected}" if keys["pe_mode"] != "rope" else "no RePo layer"
             )
@@ -114,6 +105,8 @@ def hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def weight_names(path: str | os.PathLike, **hub_kwargs: Any) -> list[str] | None:
     """Names of the weights of a local HF directory or Hub repository (safetensors, sharded or not, or
     pytorch_model.bin), read without loading tensors; None if it has no weights."""
+    # transformers' private `_raise_exceptions_for_missing_entries` (5.24): None for a missing file, as
+    # `cached_file` has no public switch for that (canary: tests/test_upstream.py).
     find = lambda name: cached_file(  # noqa: E731
         path, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs
     )
@@ -170,44 +163,19 @@ class RepoOlmo2Config(Olmo2Config):
 
     def layer_modes(self) -> list[str]:
         """The position mode of every layer: `pe_mode` for selected layers, `rope` for the others."""
-        ids = self.pe_layer_ids
-        return [
-            self.pe_mode if i >= self.pe_start_layer and (ids is None or i in ids) else "rope"
-            for i in range(self.num_hidden_layers)
-        ]
+        return layer_modes(self.pe_mode, self.num_hidden_layers, self.pe_start_layer, self.pe_layer_ids)
 
     def validate_position_modes(self) -> None:
         """Raise one `ValueError` naming the bad key and what it allows."""
-        n = self.num_hidden_layers
-        if self.pe_mode not in PE_MODES:
-            raise ValueError(f"pe_mode={self.pe_mode!r} is not supported; allowed: {', '.join(PE_MODES)}")
-        if not 0 <= self.pe_start_layer < n:
+        sizes = {
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+        }
+        check_position_modes(self.pe_mode, self.pe_start_layer, self.pe_layer_ids, sizes)
+        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
+        if self.pe_mode == "repo" and rope_type not in ROPE_TYPES:
             raise ValueError(
-                f"pe_start_layer={self.pe_start_layer} is out of range: allowed 0..{n - 1} (num_hidden_layers={n})"
+                f"rope_parameters.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
+                f"pe_mode='repo': {', '.join(ROPE_TYPES)}"
             )
-        if self.pe_layer_ids is not None:
-            bad = [i for i in self.pe_layer_ids if not 0 <= i < n]
-            if bad:
-                raise ValueError(f"pe_layer_ids has layer ids {bad} out of range: allowed 0..{n - 1}")
-            if len(set(self.pe_layer_ids)) != len(self.pe_layer_ids):
-                raise ValueError(f"pe_layer_ids={self.pe_layer_ids} repeats a layer id")
-        if self.pe_mode == "rope":
-            return
-        if all(mode == "rope" for mode in self.layer_modes()):
-            raise ValueError(
-                f"pe_mode={self.pe_mode!r} selects no layer: pe_start_layer={self.pe_start_layer} and "
-                f"pe_layer_ids={self.pe_layer_ids} have no layer in common"
-            )
-        if self.pe_mode == "repo":
-            if self.num_key_value_heads != self.num_attention_heads:
-                raise ValueError(
-                    "pe_mode='repo' predicts one position per query head, so grouped-query attention is not "
-                    f"supported: num_key_value_heads={self.num_key_value_heads} must equal "
-                    f"num_attention_heads={self.num_attention_heads}"
-                )
-            rope_type = (self.rope_parameters or {}).get("rope_type", "default")
-            if rope_type not in ROPE_TYPES:
-                raise ValueError(
-                    f"rope_parameters.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
-                    f"pe_mode='repo': {', '.join(ROPE_TYPES)}"
-                )

@@ -61,11 +61,12 @@ __all__ = [
 ]
 
 HF_DIR = Path(__file__).resolve().parent
-# Remote code of a converted checkpoint: the modeling files, and `olmo_repo/rope.py` as `rope.py`.
+# Remote code of a converted checkpoint: the modeling files, `olmo_repo/rope.py` and `olmo_repo/modes.py`.
 REMOTE_CODE = {
     "configuration_repo_olmo2.py": HF_DIR / "configuration_repo_olmo2.py",
     "modeling_repo_olmo2.py": HF_DIR / "modeling_repo_olmo2.py",
     "rope.py": HF_DIR.parent / "rope.py",
+    "modes.py": HF_DIR.parent / "modes.py",
 }
 AUTO_MAP = {
     "AutoConfig": "configuration_repo_olmo2.RepoOlmo2Config",

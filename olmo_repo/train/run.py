@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -48,7 +47,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RepoTrainConfig
 from ..registry import build_model
-from .patches import patch_torch_for_olmo
+from ..upstream import wandb as wandb_upstream
+from ..upstream.torch import patch_torch_for_olmo
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight
 from .run_folder import (
     check_resumed_config,
@@ -98,9 +98,8 @@ def _start_wandb(cfg: TrainConfig) -> None:
     timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", 90))
     mode = os.environ.get("WANDB_MODE", "online")
     log.info("Starting W&B (%s; gives up after %.0f s, WANDB_INIT_TIMEOUT)", mode, timeout)
-    hooks = sys.excepthook, sys.exit  # wandb.init replaces them with ones that print tracebacks
     try:
-        wandb.init(
+        wandb_upstream.init_keeping_hooks(
             dir=wandb_dir,
             project=cfg.wandb.project,
             entity=cfg.wandb.entity,
@@ -111,7 +110,6 @@ def _start_wandb(cfg: TrainConfig) -> None:
             settings=wandb.Settings(init_timeout=timeout),
         )
     except wandb.errors.Error as e:
-        sys.excepthook, sys.exit = hooks
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise OLMoConfigurationError(
             f"W&B did not start ({reason}): on a machine without network set WANDB_MODE=offline (upload later "

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import wandb
 from olmo.aliases import PathOrStr
 from olmo.config import (
     CheckpointType,
@@ -21,24 +20,19 @@ from olmo.torch_util import (
 )
 from olmo.train import Trainer
 
-from ..block import RepoSequentialBlock
+from ..block import RepoSequentialBlock, repo_blocks
 from ..checkpoint import RepoCheckpointer, is_unsharded
-from ..config import PositionMode
+from ..modes import POSITIONS_METRIC
+from ..upstream import wandb as wandb_upstream
 
 log = logging.getLogger(__name__)
 
 
 METRICS_FILE = "metrics.jsonl"
-_POSITIONS = "train/positions/"
+_POSITIONS = POSITIONS_METRIC.split("{")[0]  # what the console leaves out
 
 STOP_REQUESTED = threading.Event()
 """Set by SIGUSR1 (handler installed by `train`): save a checkpoint after the current step and stop."""
-
-
-def _repo_blocks(model: torch.nn.Module) -> list[RepoSequentialBlock]:
-    return [
-        m for m in model.modules() if isinstance(m, RepoSequentialBlock) and m.pe_mode == PositionMode.repo
-    ]
 
 
 class RepoTrainer(Trainer):
@@ -118,15 +112,16 @@ class RepoTrainer(Trainer):
         stats: dict[str, float] = {}
 
         def record(block: RepoSequentialBlock, args: tuple[Any, ...]) -> None:
-            prefix = f"{_POSITIONS}layer{block.layer_id}"
-            if f"{prefix}/std" in stats:  # later micro-batches and activation-checkpoint recomputes
+            key = lambda stat: POSITIONS_METRIC.format(layer=block.layer_id, stat=stat)  # noqa: E731
+            if key("std") in stats:  # later micro-batches and activation-checkpoint recomputes
                 return
             with torch.no_grad():
                 z = block.predict_positions(args[0])  # [B, H, T]
-                stats.update({f"{prefix}/min": z.min().item(), f"{prefix}/max": z.max().item()})
-                stats[f"{prefix}/std"] = z.std().item()
+                stats.update(
+                    {key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()}
+                )
 
-        hooks = [b.register_forward_pre_hook(record) for b in _repo_blocks(self.model)]
+        hooks = [b.register_forward_pre_hook(record) for b in repo_blocks(self.model)]
         try:
             metrics = super().train_step(batch, reduce_global_loss)
         finally:
@@ -136,10 +131,7 @@ class RepoTrainer(Trainer):
         return metrics
 
     def close(self, exit_code: int = 0) -> None:
-        # Stock close calls wandb.finish(..., quiet=True); wandb 0.31 has no `quiet`. Finishing here first
-        # leaves stock close nothing to finish.
-        if wandb.run is not None:
-            wandb.finish(exit_code=exit_code)
+        wandb_upstream.finish(exit_code)  # before stock close, whose wandb.finish(quiet=True) would fail
         super().close(exit_code)
 
     def log_metrics_to_console(self, prefix: str, metrics: dict[str, float]) -> None:

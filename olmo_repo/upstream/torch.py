@@ -1,5 +1,12 @@
-"""Assumptions of ai2-olmo 0.6.0 that break on current torch, on CPU, or in its olmo_core checkpointer:
-`patch_torch_for_olmo` fixes them, here and only here."""
+"""torch 2.13, olmo_core 0.1.0 and numpy 1.26 as ai2-olmo 0.6.0 assumes them: `patch_torch_for_olmo`.
+
+ai2-olmo 0.6.0 was written for CUDA and torch < 2.6; on current torch, on CPU, and in its olmo_core sharded
+checkpointer some of its assumptions break. The function below fixes them by patching torch's CUDA RNG
+accessors (CPU only), FSDP's `set_state_dict_type` (CPU only) and olmo_core's `init_optimizer_state`, and by
+allowing numpy's private `_reconstruct` (with the types `train.pt` holds) in torch's safe loader. It patches
+process-wide state, so only entry points call it: `scripts/train.py` (through `olmo_repo.train`) and the
+unshard command; tests call it in their process-group fixture.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +24,16 @@ from torch.distributed.fsdp import (
     StateDictType,
 )
 
-_STOCK_SET_STATE_DICT_TYPE = FSDP.set_state_dict_type
+VERSIONS = {"torch": "2.13.0", "olmo_core": "0.1.0", "numpy": "1.26.4"}
+CANARIES = {
+    "olmo_repo.upstream.torch.STOCK_SET_STATE_DICT_TYPE": "f8908b1652e98c04",  # before the patch
+    "olmo_repo.upstream.torch.STOCK_INIT_OPTIMIZER_STATE": "6ffe7ee17420c2e6",  # before the patch
+    "olmo.train.Trainer.trainer_state_dict": "ccda31d2a5de2ac8",  # torch.cuda.get_rng_state() unguarded
+    "olmo.train.Trainer.load_trainer_state_dict": "0117753eb6151990",
+    "numpy.core.multiarray._reconstruct": None,  # private, allowed in the safe loader: must exist
+}
+
+STOCK_SET_STATE_DICT_TYPE = FSDP.set_state_dict_type
 
 
 def _set_state_dict_type_without_offload(
@@ -27,7 +43,7 @@ def _set_state_dict_type_without_offload(
     optim_state_dict_config: OptimStateDictConfig | None = None,
 ) -> StateDictSettings:
     """`FSDP.set_state_dict_type` with `offload_to_cpu=False` in both configs (see `patch_torch_for_olmo`)."""
-    return _STOCK_SET_STATE_DICT_TYPE(
+    return STOCK_SET_STATE_DICT_TYPE(
         module,
         state_dict_type,
         state_dict_config and dataclasses.replace(state_dict_config, offload_to_cpu=False),
@@ -35,7 +51,7 @@ def _set_state_dict_type_without_offload(
     )
 
 
-_STOCK_INIT_OPTIMIZER_STATE = olmo_core_checkpoint.init_optimizer_state
+STOCK_INIT_OPTIMIZER_STATE = olmo_core_checkpoint.init_optimizer_state
 
 
 def _init_optimizer_state_inertly(optim: torch.optim.Optimizer) -> None:
@@ -47,7 +63,7 @@ def _init_optimizer_state_inertly(optim: torch.optim.Optimizer) -> None:
     settings = [(group["lr"], group["weight_decay"]) for group in optim.param_groups]
     for group in optim.param_groups:
         group["lr"] = group["weight_decay"] = 0.0
-    _STOCK_INIT_OPTIMIZER_STATE(optim)
+    STOCK_INIT_OPTIMIZER_STATE(optim)
     for group, (lr, weight_decay) in zip(optim.param_groups, settings):
         group["lr"], group["weight_decay"] = lr, weight_decay
     for state in optim.state.values():

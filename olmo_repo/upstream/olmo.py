@@ -1,0 +1,131 @@
+"""ai2-olmo 0.6.0: what the RePo block, the factory, the trainer and the loaders take from OLMo's internals.
+
+What OLMo lacks, and what this module does about it:
+
+- No extension point for blocks: `OLMoBlock.build` is a hard-coded classmethod and `BlockType` a closed Enum.
+  `route_block_build(build)` replaces the classmethod (idempotently); `STOCK_BLOCK_BUILD` is the original.
+- No way to hand a block's attention anything but OLMo's own arguments: `OLMoSequentialBlock.forward` passes
+  its `attention_bias` argument through untouched into `attention()`, also into its fine-grained activation
+  checkpoint call. `BiasAndPositions` rides in that argument: the recomputation in backward sees the same
+  positions, and nothing is stored on the module.
+- `OLMoBlock.attention` rotates keys after caching them, by integer index. The RePo block keeps its
+  structure with the rotation moved: `heads()` and `attend()` are its two halves, restated from
+  `OLMoBlock.attention`, around the private `_cast_attn_bias` and `_scaled_dot_product_attention`.
+- `OLMo._make_state_dict_compatible` (private) renames the keys of older checkpoints and of FSDP/DDP
+  wrappers; `make_state_dict_compatible` calls it.
+- `olmo.train.fused_loss_fn` is None without flash-attn: `fused_loss_available()`.
+- The trainer (`olmo_repo.train.trainer.RepoTrainer`) relies on `Trainer.fit` asking `check_if_cancelled`
+  every `cfg.canceled_check_interval` steps, and on `Trainer.close` calling `wandb.finish(quiet=True)`.
+
+`CANARIES` holds the source hashes of everything above at ai2-olmo 0.6.0 (`tests/test_upstream.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import olmo.train
+import torch
+from olmo.config import ModelConfig
+from olmo.model import BufferCache, OLMo, OLMoBlock
+from torch import Tensor
+
+__all__ = [
+    "CANARIES",
+    "STOCK_BLOCK_BUILD",
+    "BiasAndPositions",
+    "attend",
+    "fused_loss_available",
+    "heads",
+    "make_state_dict_compatible",
+    "route_block_build",
+]
+
+VERSION = "0.6.0"
+CANARIES = {
+    "olmo_repo.upstream.olmo.STOCK_BLOCK_BUILD": "9ad1fd516bbef20e",  # OLMoBlock.build before the routing
+    "olmo.model.OLMoBlock.attention": "eca522c0062f8adc",
+    "olmo.model.OLMoBlock._cast_attn_bias": "f4c240b502aa245c",
+    "olmo.model.OLMoBlock._scaled_dot_product_attention": "24b382e72b2eb6ed",
+    "olmo.model.OLMoSequentialBlock.forward": "5a363c238dbacb0d",
+    "olmo.model.OLMo._make_state_dict_compatible": "b01163ab254d1c0f",
+    "olmo.train.Trainer.fit": "4b584d30c8bfb201",
+    "olmo.train.Trainer.close": "2831541caa2efac5",
+}
+
+KVCache = tuple[Tensor, Tensor]
+Build = Callable[[type[OLMoBlock], int, ModelConfig, BufferCache], OLMoBlock]
+
+STOCK_BLOCK_BUILD: Build = OLMoBlock.__dict__["build"].__func__
+
+
+def route_block_build(build: Build) -> None:
+    """Make `OLMoBlock.build` call `build` (idempotent)."""
+    if OLMoBlock.__dict__["build"].__func__ is not build:
+        OLMoBlock.build = classmethod(build)  # type: ignore[method-assign,assignment]
+
+
+class BiasAndPositions(NamedTuple):
+    """What the RePo block passes as `attention_bias`: OLMo's bias and the positions of this block."""
+
+    bias: Tensor | None
+    positions: Tensor | None  # [B, H, T] fp32, RePo layers only
+
+
+def heads(block: OLMoBlock, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The first half of `OLMoBlock.attention`: q/k norms, then [B, T, C] -> [B, heads, T, head_dim]."""
+    B, T, C = q.size()
+    head_dim, n_kv = C // block.config.n_heads, block.config.effective_n_kv_heads
+    if block.q_norm is not None and block.k_norm is not None:
+        q, k = block.q_norm(q).to(k.dtype), block.k_norm(k).to(k.dtype)
+    q = q.view(B, T, block.config.n_heads, head_dim).transpose(1, 2)  # [B, H, T, hd]
+    k = k.view(B, T, n_kv, head_dim).transpose(1, 2)  # [B, H_kv, T, hd]
+    v = v.view(B, T, n_kv, head_dim).transpose(1, 2)
+    return q, k, v
+
+
+def attend(
+    block: OLMoBlock,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    layer_past: KVCache | None,
+    use_cache: bool,
+    max_doc_len: int | None,
+    cu_doc_lens: Tensor | None,
+) -> tuple[Tensor, KVCache | None]:
+    """The second half of `OLMoBlock.attention` for keys that are already rotated: they are cached as they
+    are (stock rotates after caching). q, k, v [B, heads, T, hd] -> output [B, T, d_model] and the cache."""
+    B, _, T, _ = q.shape
+    dtype = k.dtype
+    if layer_past is not None:
+        k = torch.cat((layer_past[0], k), dim=-2)
+        v = torch.cat((layer_past[1], v), dim=-2)
+    present = (k, v) if use_cache else None
+    if bias is not None:
+        query_len, key_len = q.shape[-2], k.shape[-2]
+        bias = block._cast_attn_bias(bias[:, :, key_len - query_len : key_len, :key_len], dtype)
+    att = block._scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=bias,
+        dropout_p=0.0 if not block.training else block.config.attention_dropout,
+        is_causal=bias is None,
+        max_doc_len=max_doc_len,
+        cu_doc_lens=cu_doc_lens,
+    )
+    att = att.transpose(1, 2).contiguous().view(B, T, -1)  # [B, T, d_model]
+    return block.attn_out(att), present
+
+
+def make_state_dict_compatible(model: OLMo, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's model state dict with OLMo's own key renames (older layouts, wrapper prefixes)."""
+    return model._make_state_dict_compatible(state_dict)[0]
+
+
+def fused_loss_available() -> bool:
+    """Whether OLMo's Trainer can use `fused_loss=true` (it needs flash-attn's cross-entropy)."""
+    return olmo.train.fused_loss_fn is not None
