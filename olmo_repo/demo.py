@@ -33,7 +33,7 @@ import numpy as np
 from olmo.exceptions import OLMoCheckpointError
 from olmo.util import find_latest_checkpoint
 
-from .eval.tables import markdown_table
+from .tables import markdown_table
 
 __all__ = ["DemoFolder", "RunResult", "run_demo", "run_training"]
 

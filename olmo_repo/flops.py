@@ -21,8 +21,8 @@ from olmo.config import ModelConfig
 from olmo.exceptions import OLMoConfigurationError
 
 from .config import RepoTrainConfig
-from .eval.tables import markdown_table
 from .registry import build_model
+from .tables import markdown_table
 
 __all__ = ["ParameterCount", "flops_main", "parameter_count", "training_flops"]
 

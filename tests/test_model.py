@@ -16,7 +16,6 @@ from olmo_repo import (
     predict_positions,
     repo_layer_ids,
 )
-from olmo_repo.upstream.olmo import STOCK_BLOCK_BUILD
 from olmo_repo.rope import (
     _COMPILED,
     _CompileOrFallBack,
@@ -26,6 +25,7 @@ from olmo_repo.rope import (
     rotate_qk,
     rotate_reference,
 )
+from olmo_repo.upstream.olmo import STOCK_BLOCK_BUILD
 
 from .conftest import spread_positions, tiny_config
 from .numerics import assert_within, float64_truth, model_roundings, rotation_magnitude, rotation_roundings

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
 
-from .tables import markdown_table
+from ..tables import markdown_table
 
 __all__ = [
     "GROUPS",

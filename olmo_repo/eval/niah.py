@@ -45,6 +45,7 @@ import datasets
 import nltk
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .. import tables
 from ..upstream.lm_eval import (
     TEMPLATE,
     maybe_delimit,
@@ -53,7 +54,6 @@ from ..upstream.lm_eval import (
     ruler_score,
     seeded_random,
 )
-from . import tables
 from .essays import essay_words
 
 __all__ = [

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .tables import markdown_table
+from ..tables import markdown_table
 
 __all__ = [
     "PATTERNS",

@@ -25,10 +25,10 @@ from transformers import AutoTokenizer
 
 from .. import flops
 from ..hf.convert import olmo_config_from_hf, read_hf_config
+from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section
 from .loading import load_model, training_length, yarn_factor
-from .tables import markdown_table
 
 __all__ = ["niah_scores", "write_report"]
 
