@@ -12,19 +12,14 @@ Parameters are counted on a model built on the meta device: no memory, any size.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from dataclasses import dataclass
 
 from olmo.config import ModelConfig
-from olmo.exceptions import OLMoConfigurationError
 
-from .config import RepoTrainConfig
 from .registry import build_model
-from .tables import markdown_table
 
-__all__ = ["ParameterCount", "flops_main", "parameter_count", "training_flops"]
+__all__ = ["ParameterCount", "parameter_count", "training_flops"]
 
 _F_PHI = ("gate_map", "content_map", "final_map")
 
@@ -60,41 +55,3 @@ def parameter_count(model_config: ModelConfig) -> ParameterCount:
 def training_flops(model_config: ModelConfig, tokens: float) -> float:
     """Training FLOPs of `model_config` on `tokens` tokens: 6 * (non-embedding parameters) * tokens."""
     return parameter_count(model_config).training_flops(tokens)
-
-
-def flops_main(argv: list[str] | None = None) -> int:
-    """`scripts/flops.py`: a Markdown table of parameters and training FLOPs for training configs."""
-    parser = argparse.ArgumentParser(
-        description="Parameters and training FLOPs (6 N D, N without the input embedding: the paper's "
-        "convention) of training configs; for configs with RePo layers also without f_phi (= the RoPE model)."
-    )
-    parser.add_argument("configs", nargs="+", metavar="CONFIG", help="training config YAML files")
-    parser.add_argument(
-        "--tokens", type=float, default=50e9, help="training tokens D (default: 50e9, the paper's stage 2)"
-    )
-    args = parser.parse_args(argv)
-    rows = []
-    for path in args.configs:
-        try:
-            config = RepoTrainConfig.load(path, validate_paths=False).model
-        except (FileNotFoundError, OLMoConfigurationError, ValueError) as e:
-            print(f"error: {path}: {e}", file=sys.stderr)
-            return 1
-        count = parameter_count(config)
-        rows.append(
-            [
-                path,
-                f"{count.non_embedding:,}",
-                f"{count.repo:,}",
-                f"{100 * count.repo_overhead:.3g}%",
-                _sci(count.training_flops(args.tokens, with_repo=False)),
-                _sci(count.training_flops(args.tokens)),
-            ]
-        )
-    print(f"Training FLOPs at {_sci(args.tokens)} tokens (6 N D, N = non-embedding parameters)\n")
-    print(markdown_table(["config", "N", "f_phi", "f_phi / rest", "FLOPs without f_phi", "FLOPs"], rows))
-    return 0
-
-
-def _sci(x: float) -> str:
-    return f"{x:.3g}".replace("e+", "e")

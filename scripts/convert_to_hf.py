@@ -1,6 +1,6 @@
 """OLMo checkpoint (or reference-format HF dir) -> Hugging Face directory. See `--help`."""
 
-from olmo_repo.hf.cli import convert_to_hf_main
+from olmo_repo.cli.convert_to_hf import main
 
 if __name__ == "__main__":
-    raise SystemExit(convert_to_hf_main())
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Parameters and training FLOPs (6 N D) of training configs. See `--help`."""
 
-from olmo_repo.flops import flops_main
+from olmo_repo.cli.flops import main
 
 if __name__ == "__main__":
-    raise SystemExit(flops_main())
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Plot the positions a RePo head predicts for a text, with token labels (PNG). See `--help`."""
 
-from olmo_repo.eval.plot_cli import plot_positions_main
+from olmo_repo.cli.plot_positions import main
 
 if __name__ == "__main__":
-    raise SystemExit(plot_positions_main())
+    raise SystemExit(main())

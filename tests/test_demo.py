@@ -135,7 +135,8 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     from olmo_repo import demo_corpus as demo
     from olmo_repo.demo_base import BASE_DIR, HF_FILES, base_tokenizer
     from olmo_repo.eval import niah
-    from olmo_repo.hf.convert import olmo_config_from_hf, read_hf_config
+    from olmo_repo.hf import read_hf_config
+    from olmo_repo.hf.mapping import olmo_config_from_hf
 
     assert {p.name for p in BASE_DIR.iterdir()} == HF_FILES
     shipped, built = base_tokenizer(), demo.build_tokenizer()  # the tokenizer the code builds, bit for bit

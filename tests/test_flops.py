@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from olmo_repo import RepoTrainConfig
-from olmo_repo.flops import flops_main, parameter_count, training_flops
+from olmo_repo.cli.flops import main as flops_main
+from olmo_repo.flops import parameter_count, training_flops
 
 from .conftest import CONFIGS, tiny_config
 

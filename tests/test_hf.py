@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from olmo.exceptions import OLMoCheckpointError
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo2Model
@@ -29,17 +28,14 @@ from olmo_repo import (
     predict_positions,
 )
 from olmo_repo.checkpoint import load_model
-from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model
-from olmo_repo.hf.cli import convert_from_hf_main, convert_to_hf_main
-from olmo_repo.hf.convert import (
-    _staged_dir,
-    as_hf_dir,
-    convert_from_hf,
-    convert_to_hf,
-    hf_config_from_olmo,
-    read_hf_config,
-)
+from olmo_repo.cli.convert_from_hf import main as convert_from_hf_main
+from olmo_repo.cli.convert_to_hf import main as convert_to_hf_main
+from olmo_repo.errors import CorruptFileError
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model, read_hf_config
+from olmo_repo.hf.convert import as_hf_dir, convert_from_hf, convert_to_hf
+from olmo_repo.hf.mapping import hf_config_from_olmo
 from olmo_repo.hf.modeling_repo_olmo2 import RepoOlmo2Attention
+from olmo_repo.output import staged_dir
 
 from .conftest import EMBEDDING, EOS, PAD, ROOT, VOCAB, make_checkpoint, tiny_config
 from .numerics import assert_within, model_roundings, rotation_roundings
@@ -370,7 +366,7 @@ def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:
     raw["pe_config"] = pe_config
     path.mkdir()
     (path / "config.json").write_text(json.dumps(raw))
-    from olmo_repo.hf.convert import hf_state_dict_from_olmo
+    from olmo_repo.hf.mapping import hf_state_dict_from_olmo
 
     state_dict = hf_state_dict_from_olmo(olmo.state_dict(), hf_config)
     for i in range(olmo.config.n_layers):
@@ -533,7 +529,7 @@ def test_failed_conversion_leaves_no_directory(tmp_path, tokenizer_file):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo"]
     # A failure while writing removes the staging directory and leaves an existing output untouched.
     (tmp_path / "out").mkdir()
-    with pytest.raises(RuntimeError), _staged_dir(tmp_path / "out", force=True) as staging:
+    with pytest.raises(RuntimeError), staged_dir(tmp_path / "out", force=True) as staging:
         (staging / "model.safetensors").write_text("half")
         raise RuntimeError("disk full")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "out"] and not any(
@@ -592,7 +588,7 @@ def test_truncated_weights_fail_with_one_line_naming_the_file(tmp_path, tokenize
         name = "model.pt" if source == ckpt else "model.safetensors"
         assert "Traceback" not in err and err.endswith("restore it from a copy or re-create it\n"), err
         assert err.splitlines()[-1].startswith(f"error: {source / name} cannot be read, truncated"), err
-    with pytest.raises(OLMoCheckpointError, match=r"model\.pt cannot be read, truncated"):
+    with pytest.raises(CorruptFileError, match=r"model\.pt cannot be read, truncated"):
         load_model(ckpt)
     assert not (tmp_path / "out").exists()
 

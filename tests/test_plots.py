@@ -9,9 +9,9 @@ import matplotlib.image
 import pytest
 import torch
 
+from olmo_repo.cli.plot_positions import main as plot_positions_main
 from olmo_repo.eval import plots
 from olmo_repo.eval.attention import AttentionMass
-from olmo_repo.eval.plot_cli import plot_positions_main
 
 from .conftest import ROOT, make_checkpoint
 

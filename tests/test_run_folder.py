@@ -16,8 +16,8 @@ import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig
-from olmo_repo.checkpoint import latest_intact_checkpoint
 from olmo_repo.train.preflight import check_load_path_files
+from olmo_repo.train.run_folder import latest_intact_checkpoint
 
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, subprocess_env, train_command, write_corpus
 

@@ -14,8 +14,8 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
-from olmo_repo.checkpoint import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 from olmo_repo.train import preflight
+from olmo_repo.train.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 
 from .conftest import tiny_config
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, write_corpus

@@ -46,7 +46,7 @@ def test_help_and_clear_failure_before_training(tmp_path):
     assert missing.returncode != 0 and missing.stdout == ""
     assert (
         missing.stderr
-        == "error: config file configs/nope.yaml does not exist (expected a YAML file such as configs/*.yaml)\n"
+        == "train.py: error: config file configs/nope.yaml does not exist (expected a YAML file such as configs/*.yaml)\n"
     )
     overrides = small(tmp_path / "no-data", tmp_path / "run")
     result = subprocess.run(

@@ -13,7 +13,7 @@ import sys
 __all__ = ["fail"]
 
 
-def fail(prog: str, error: BaseException) -> int:
+def fail(prog: str, error: BaseException | str) -> int:
     """Print `prog: error: ...` (the first line of the error) on stderr; return the exit status 1."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if isinstance(error, KeyError) and message.startswith(("'", '"')):

@@ -28,7 +28,9 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
 
+from ..hf import repo_layer_ids
 from ..tables import markdown_table
+from ..upstream.transformers import attn_implementation
 
 __all__ = [
     "GROUPS",
@@ -113,7 +115,7 @@ def mean_attention_mass(masses: Sequence[AttentionMass]) -> AttentionMass:
 @contextmanager
 def _eager(model: PreTrainedModel) -> Iterator[None]:
     """Run `model` with eager attention (the only implementation that returns weights), then switch back."""
-    previous = model.config._attn_implementation
+    previous = attn_implementation(model)
     if previous != "eager":
         model.set_attn_implementation("eager")
     try:
@@ -141,11 +143,6 @@ def _last_rows(model: nn.Module) -> Iterator[dict[int, Tensor]]:
     finally:
         for hook in hooks:
             hook.remove()
-
-
-def _repo_layers(model: PreTrainedModel) -> tuple[int, ...]:
-    modes = model.config.layer_modes() if hasattr(model.config, "layer_modes") else []
-    return tuple(i for i, mode in enumerate(modes) if mode == "repo")
 
 
 @torch.no_grad()
@@ -178,7 +175,7 @@ def attention_mass(
     finally:
         model.train(was_training)
     weights = torch.stack([rows[i][0] for i in sorted(rows)]).cpu()  # [L, H, T]
-    return AttentionMass(group_mass(weights, groups), _repo_layers(model))
+    return AttentionMass(group_mass(weights, groups), tuple(repo_layer_ids(model.config)))
 
 
 def attention_mass_table(results: Mapping[str, AttentionMass]) -> str:

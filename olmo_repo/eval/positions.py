@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..hf import repo_layer_ids
 from ..tables import markdown_table
 
 __all__ = [
@@ -111,7 +112,7 @@ def pattern_table(patterns: Mapping[int | str, Mapping[str, float]]) -> str:
 @torch.no_grad()
 def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
     """{layer: positions [B, H, T] on the CPU} of the model's RePo layers."""
-    if not hasattr(model.config, "layer_modes") or "repo" not in model.config.layer_modes():
+    if not repo_layer_ids(model.config):
         raise ValueError(
             f"{type(model).__name__} has no RePo layer: there are no learned positions to analyse"
         )

@@ -24,7 +24,8 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from .. import flops
-from ..hf.convert import olmo_config_from_hf, read_hf_config
+from ..hf import read_hf_config, repo_layer_ids
+from ..hf.mapping import olmo_config_from_hf
 from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section
@@ -136,7 +137,7 @@ def write_report(
     texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
     span_lengths = [length // 8, length // 4, length // 2, length]
     for name, (model, tok) in loaded.items():
-        if "repo" in getattr(model.config, "layer_modes", lambda: [])():
+        if repo_layer_ids(model.config):
             section = positions_section(name, model, tok, texts, span_lengths, figures, report.parent)
             sections.append(f"## Learned positions: {name}\n\n{section.markdown}")
 

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..eval.positions import position_patterns, position_spans
-from ..hf import RepoOlmo2Config
-from ..hf.convert import as_hf_dir, read_hf_config
+from ..hf import layer_modes, read_hf_config, repo_layer_ids
+from ..hf.convert import as_hf_dir
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]
 
@@ -41,12 +41,8 @@ class ExplorerModel:
         self.device = device
         self.max_tokens = max_tokens
         self.n_heads: int = config.num_attention_heads
-        self.layer_modes: list[str] = (
-            config.layer_modes()
-            if isinstance(config, RepoOlmo2Config)
-            else ["rope"] * config.num_hidden_layers
-        )
-        self.repo_layers = [i for i, mode in enumerate(self.layer_modes) if mode == "repo"]
+        self.layer_modes: list[str] = layer_modes(config)
+        self.repo_layers = repo_layer_ids(config)
         self._lock = threading.Lock()
 
     def info(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ __all__ = [
     "ROPE_TYPES",
     "RepoOlmo2Config",
     "hub_kwargs",
+    "read_hf_config",
     "reference_pe_keys",
     "weight_names",
 ]
@@ -179,3 +180,21 @@ class RepoOlmo2Config(Olmo2Config):
                 f"rope_parameters.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
                 f"pe_mode='repo': {', '.join(ROPE_TYPES)}"
             )
+
+
+def read_hf_config(hf_dir: str | os.PathLike) -> Olmo2Config:
+    """The config of an HF directory: `repo_olmo2` (this project), stock `olmo2`, or `olmo2` with the
+    reference's `pe_config` (-> `RepoOlmo2Config` through `RepoOlmo2Config.dict_from_reference`, checked
+    against the layers that carry RePo weights; `Olmo2Config` if it selects no RePo/NoPE layer)."""
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        raw = json.load(f)
+    model_type = raw.get("model_type")
+    if model_type not in ("olmo2", RepoOlmo2Config.model_type):
+        raise ValueError(f"{hf_dir}: model_type={model_type!r} is not supported; allowed: olmo2, repo_olmo2")
+    if "pe_config" in raw:
+        raw = RepoOlmo2Config.dict_from_reference(raw, weight_names(hf_dir), str(hf_dir))
+    for key in ("model_type", "auto_map", "architectures", "transformers_version"):
+        raw.pop(key, None)
+    if model_type == RepoOlmo2Config.model_type or raw.get("pe_mode", "rope") != "rope":
+        return RepoOlmo2Config.from_dict(raw)
+    return Olmo2Config.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})

@@ -51,6 +51,8 @@ __all__ = [
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
     "RepoOlmo2ModelOutputWithPast",
+    "record_positions",
+    "repo_attentions",
 ]
 
 
@@ -83,7 +85,11 @@ class RepoOlmo2Attention(Olmo2Attention):
         cache: Cache | None = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor | None]:
-        """`Olmo2Attention.forward` with the rotation by `position_embeddings` (integer positions) replaced."""
+        """`Olmo2Attention.forward` with the rotation by `position_embeddings` (integer positions) replaced.
+
+        Restated from transformers 5.24.0 (canary: `olmo_repo.upstream.transformers.CANARIES`), as is the
+        read of the private `config._attn_implementation` below.
+        """
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         q = self.q_norm(self.q_proj(hidden_states)).view(hidden_shape).transpose(1, 2)  # [B, H, T, hd]
@@ -116,6 +122,11 @@ class RepoOlmo2Attention(Olmo2Attention):
         return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights  # [B, T, d]
 
 
+def repo_attentions(model: nn.Module) -> list[RepoOlmo2Attention]:
+    """The attentions of `model` that predict positions, in layer order."""
+    return [m for m in model.modules() if isinstance(m, RepoOlmo2Attention) and m.pe_mode == "repo"]
+
+
 @contextmanager
 def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
     """Collect {layer id: positions [B, H, T]} of every RePo attention in `model` while the block runs."""
@@ -124,8 +135,7 @@ def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
         m.positions_out.register_forward_hook(
             lambda _m, _args, out, i=m.layer_idx: positions.__setitem__(i, out)
         )
-        for m in model.modules()
-        if isinstance(m, RepoOlmo2Attention) and m.pe_mode == "repo"
+        for m in repo_attentions(model)
     ]
     try:
         yield positions
@@ -187,7 +197,8 @@ class RepoOlmo2ForCausalLM(RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
     """`Olmo2ForCausalLM` over a `RepoOlmo2Model`."""
 
     def __init__(self, config: RepoOlmo2Config):
-        # Olmo2ForCausalLM.__init__ would build a stock Olmo2Model first; build the RePo one directly.
+        # Olmo2ForCausalLM.__init__ would build a stock Olmo2Model first; build the RePo one directly. Restated
+        # from transformers 5.24.0 (canary: olmo_repo.upstream.transformers.CANARIES).
         Olmo2PreTrainedModel.__init__(self, config)
         self.model = RepoOlmo2Model(config)
         self.vocab_size = config.vocab_size

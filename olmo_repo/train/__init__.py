@@ -26,22 +26,14 @@ reset flags, and resuming from the latest checkpoint. Deltas from the stock scri
   RePo layer at the log interval, every logged step as a JSON line in `save_folder/metrics.jsonl`, and the
   SIGUSR1 stop.
 
-Modules: `run` (process group, wrap, `build_trainer`, `main`, `train`), `trainer` (`RepoTrainer`), `preflight`
-(checks before anything is written), `run_folder` (resume, config changes, metrics.jsonl), `patches` (fixes
-to ai2-olmo 0.6.0 on current torch).
+Modules: `run` (process group, wrap, `build_trainer`, `run`, `train`), `trainer` (`RepoTrainer`), `preflight`
+(checks before anything is written), `run_folder` (resume, config changes, metrics.jsonl), `stage1`
+(`RepoCheckpointer`: stage-1 initialisation), `unshard` (sharded -> unsharded checkpoints). Fixes to
+ai2-olmo 0.6.0 on current torch are `olmo_repo.upstream.torch`.
 """
 
-from .patches import patch_torch_for_olmo
 from .preflight import preflight
-from .run import build_trainer, init_distributed, main, train
+from .run import build_trainer, init_distributed, run, train
 from .trainer import RepoTrainer
 
-__all__ = [
-    "RepoTrainer",
-    "build_trainer",
-    "init_distributed",
-    "main",
-    "patch_torch_for_olmo",
-    "preflight",
-    "train",
-]
+__all__ = ["RepoTrainer", "build_trainer", "init_distributed", "preflight", "run", "train"]

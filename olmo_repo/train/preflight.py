@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-import olmo.train
 import torch
+from olmo.aliases import PathOrStr
 from olmo.config import (
     DDPConfig,
     DDPGradSyncMode,
@@ -22,13 +22,15 @@ from olmo.torch_util import (
     get_local_world_size,
 )
 from olmo.util import (
+    file_size,
     is_url,
 )
 from torch.distributed.fsdp import (
     ShardingStrategy,
 )
 
-from ..checkpoint import checkpoint_problems, is_unsharded
+from ..integrity import checkpoint_problems
+from ..upstream.olmo import fused_loss_available
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         problems.append("run_name is not set: pass --run_name=NAME")
     if cfg.distributed_strategy is None:
         problems.append("distributed_strategy is not set: pass --distributed_strategy=fsdp (GPU) or ddp")
-    if cfg.fused_loss and olmo.train.fused_loss_fn is None:  # what OLMo's Trainer checks, after model build
+    if cfg.fused_loss and not fused_loss_available():  # what OLMo's Trainer checks, after model build
         problems.append(
             "fused_loss=true needs flash-attn, which is not installed: pass --fused_loss=false "
             "(same loss, PyTorch kernel), or install the gpu extra on a CUDA machine"
@@ -212,3 +214,26 @@ def check_load_path_files(cfg: TrainConfig) -> None:
             f"load_path={cfg.load_path} cannot be loaded: {'; '.join(problems)}. Restore the file from a copy "
             "or re-create it"
         )
+
+
+def is_unsharded(path: PathOrStr) -> bool:
+    """An unsharded checkpoint: named `*-unsharded`, or a folder with model.pt/model.safetensors in it."""
+    base = str(path).rstrip("/")
+    if base.endswith("-unsharded"):
+        return True
+    for name in ("model.pt", "model.safetensors"):
+        if not is_url(base):
+            if Path(base, name).is_file():
+                return True
+        elif urlparse(base).scheme in ("http", "https"):
+            import requests
+
+            if requests.head(f"{base}/{name}", allow_redirects=True, timeout=60).ok:
+                return True
+        else:
+            try:
+                file_size(f"{base}/{name}")
+                return True
+            except FileNotFoundError:
+                continue
+    return False

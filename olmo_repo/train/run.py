@@ -1,5 +1,5 @@
-"""`scripts/train.py`: the process group, W&B, model wrap, `build_trainer` (everything up to `fit()`), `main`
-and `train` (signals, SLURM requeue)."""
+"""The run: the process group, W&B, model wrap, `build_trainer` (everything up to `fit()`), `run` (preflight,
+build, fit) and `train` (what `scripts/train.py` calls: config, signals, SLURM requeue)."""
 
 from __future__ import annotations
 
@@ -284,7 +284,7 @@ def _finished(trainer: RepoTrainer) -> bool:
     return trainer.global_step > 0 and trainer.global_step >= min(stop_at, trainer.max_steps)
 
 
-def main(cfg: TrainConfig, device: torch.device) -> bool:
+def run(cfg: TrainConfig, device: torch.device) -> bool:
     """Train `cfg` on `device` in the current process group (the body of `scripts/train.py`).
 
     Returns whether the run stopped on SIGUSR1 before its end (with a checkpoint to resume from).
@@ -330,7 +330,7 @@ def train(config_path: str, overrides: Sequence[str]) -> None:
     cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
     rank = get_global_rank()
     try:
-        stopped = main(cfg, device)
+        stopped = run(cfg, device)
         barrier()
     finally:
         dist.destroy_process_group()

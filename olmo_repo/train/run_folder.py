@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch.distributed as dist
+from olmo.aliases import PathOrStr
 from olmo.config import (
     TrainConfig,
 )
-from olmo.exceptions import OLMoConfigurationError, OLMoError
+from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError, OLMoError
 from olmo.torch_util import (
     get_global_rank,
 )
@@ -24,7 +26,7 @@ from olmo.util import (
 )
 from omegaconf import OmegaConf as om
 
-from ..checkpoint import latest_intact_checkpoint
+from ..integrity import checkpoint_problems
 
 log = logging.getLogger(__name__)
 
@@ -154,3 +156,48 @@ def trim_metrics(path: Path, step: int) -> None:
         log.info(
             "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
         )
+
+
+_STEP_DIR = re.compile(r"step(\d+)(-unsharded)?")
+
+
+def latest_intact_checkpoint(folder: PathOrStr) -> Path | None:
+    """The latest checkpoint in a local run folder (`stepN` sharded before `stepN-unsharded`, step 0 included)
+    whose files are intact. A newer corrupt one is moved aside to `stepN...corrupt` (never deleted), with a
+    warning, so that training can write that step again; if every checkpoint is corrupt, that is an error."""
+    candidates = sorted(
+        (int(m[1]), m[2] is None, p)
+        for p in Path(folder).glob("step*")
+        if (m := _STEP_DIR.fullmatch(p.name)) and p.is_dir()
+    )
+    corrupt: list[tuple[Path, list[str]]] = []
+    for _, sharded, path in reversed(candidates):
+        required = ("config.yaml",) if sharded else ("config.yaml", "model.pt", "optim.pt", "train.pt")
+        problems = [f"{path / f}: missing" for f in required if not (path / f).is_file()]
+        problems += checkpoint_problems(path)
+        if not problems:
+            for bad, why in corrupt:
+                aside = _free_name(bad.with_name(bad.name + ".corrupt"))
+                bad.rename(aside)
+                reason = "; ".join(why)
+                log.warning(
+                    "%s is corrupt (%s): moved aside to %s; resuming from %s", bad, reason, aside, path
+                )
+            return path
+        corrupt.append((path, problems))
+    if corrupt:
+        listed = "; ".join(f"{p.name}: {'; '.join(why)}" for p, why in corrupt)
+        raise OLMoCheckpointError(
+            f"no intact checkpoint in {folder} to resume from ({listed}): restore one from a copy, or move them "
+            "away to start the run afresh"
+        )
+    return None
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or `path.2`, `path.3`, ... : the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate

@@ -21,9 +21,10 @@ from olmo.torch_util import (
 from olmo.train import Trainer
 
 from ..block import RepoSequentialBlock, repo_blocks
-from ..checkpoint import RepoCheckpointer, is_unsharded
 from ..modes import POSITIONS_METRIC
 from ..upstream import wandb as wandb_upstream
+from .preflight import is_unsharded
+from .stage1 import RepoCheckpointer
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["plot_positions_main"]
+__all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plot_positions_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -72,9 +72,9 @@ def _run(args: argparse.Namespace) -> int:
 
     import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 
+    from ..eval.plots import plot_positions
+    from ..eval.positions import text_positions
     from ..hf.convert import as_hf_dir
-    from .plots import plot_positions
-    from .positions import text_positions
 
     with as_hf_dir(args.model) as hf_dir:
         model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(args.device)

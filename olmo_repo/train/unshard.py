@@ -11,9 +11,7 @@ it at the end; an existing `output` is refused unless `force`.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +23,11 @@ from olmo.util import resource_path
 from safetensors import SafetensorError
 from tqdm import tqdm
 
-from .checkpoint import _clean, check_stage1_state_dict
-from .config import RepoTrainConfig
-from .hf.convert import _check_distinct, _staged_dir
-from .train import patch_torch_for_olmo
+from ..config import RepoTrainConfig
+from ..output import check_distinct, staged_dir
+from .stage1 import check_stage1_state_dict, clean_param_name
 
-__all__ = ["main", "unshard_checkpoint"]
+__all__ = ["unshard_checkpoint"]
 
 
 def _exists(checkpoint: PathOrStr, name: str) -> bool:
@@ -60,7 +57,7 @@ def _check_input(checkpoint: PathOrStr) -> None:
 def _keyed_by_name(optim_state: dict[str, Any]) -> dict[str, Any]:
     """olmo_core's optimizer state ({id: state}, ids in the groups) keyed by clean parameter name instead."""
     names = {
-        pid: _clean(name)
+        pid: clean_param_name(name)
         for g in optim_state["param_groups"]
         for pid, name in zip(g["params"], g["param_names"])
     }
@@ -78,13 +75,13 @@ def unshard_checkpoint(
     """Unshard the olmo_core checkpoint `input` (local, http(s):// or s3://) into the directory `output`.
 
     model_only: write config.yaml and model.pt only (enough for conversion; the optimizer state is twice the
-    model's size). Raises FileExistsError, FileNotFoundError or ValueError with one line naming the problem.
+    model's size). Reading train.pt needs `olmo_repo.upstream.torch.patch_torch_for_olmo()` applied (the
+    command does it). Raises FileExistsError, FileNotFoundError or ValueError with one line naming the problem.
     """
-    _check_distinct(input, output)
+    check_distinct(input, output)
     if Path(output).exists() and not force:
         raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
     _check_input(input)
-    patch_torch_for_olmo()  # train.pt holds paths and numpy RNG state
     config_path = resource_path(input, "config.yaml")
     cfg = RepoTrainConfig.load(config_path, validate_paths=False)
 
@@ -104,43 +101,10 @@ def unshard_checkpoint(
         if check_stage1_state_dict(model, cfg.model):
             raise OLMoCheckpointError(f"{input} lacks the RePo weights its config.yaml asks for")
         states = {"model.pt": model, "optim.pt": optim and _keyed_by_name(optim), "train.pt": train}
-        with _staged_dir(output, force) as staging:
+        with staged_dir(output, force) as staging:
             shutil.copyfile(config_path, staging / "config.yaml")
             for name in files:
                 bar.set_postfix_str(f"writing {name}")
                 torch.save(states[name], staging / name)
                 bar.update()
     return Path(output)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`scripts/unshard.py`: see `--help`."""
-    parser = argparse.ArgumentParser(
-        description="Unshard a sharded checkpoint of an FSDP run (stepN/, written with sharded_checkpointer="
-        "olmo_core) into an unsharded one (config.yaml, model.pt, optim.pt, train.pt), as the run's own "
-        "unsharded save would have written it. No GPU and no torchrun needed. The output is what "
-        "scripts/convert_to_hf.py and load_path take."
-    )
-    parser.add_argument(
-        "--input", required=True, help="sharded checkpoint folder: a local path, http(s):// or s3://"
-    )
-    parser.add_argument(
-        "--output",
-        required=True,
-        help="unsharded checkpoint directory to write (must not exist unless --force)",
-    )
-    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
-    parser.add_argument(
-        "--model-only",
-        action="store_true",
-        help="write config.yaml and model.pt only (enough for convert_to_hf.py; skips the optimizer state, "
-        "twice the model's size)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        out = unshard_checkpoint(args.input, args.output, force=args.force, model_only=args.model_only)
-    except (FileExistsError, FileNotFoundError, ValueError, OLMoCheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {out}")
-    return 0

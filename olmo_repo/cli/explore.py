@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="with --export: replace OUT_HTML if it exists")
     args = parser.parse_args(argv)
     try:  # the `explore` extra
-        from .app import create_app, export_html, listen, serve
-        from .model import ExplorerModel
+        from ..explore.app import create_app, export_html, listen, serve
+        from ..explore.model import ExplorerModel
     except ImportError as e:
         print(
             f"error: the explorer needs the `explore` extra ({e.name} is missing): pip install -e '.[explore]'",

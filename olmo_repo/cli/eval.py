@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
+from ..eval import niah, suite
+from ..eval.loading import DTYPES, load_model, parse_yarn, training_length, yarn_factor
 from ..hf.convert import as_hf_dir
-from . import niah, suite
-from .loading import DTYPES, load_model, parse_yarn, training_length, yarn_factor
 
 OUTPUTS = ("results.json", "results.md", "samples.jsonl")
 

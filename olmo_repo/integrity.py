@@ -1,0 +1,59 @@
+"""Is a checkpoint or weights file intact? Read from its directory or header alone, cheap for any size.
+
+Standard library only: evaluation, the explorer and the converters check files before loading them without
+importing torch or OLMo. Truncation, the usual damage, always shows in a torch.save file's zip directory
+or a safetensors header.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from os import PathLike
+from pathlib import Path
+
+from .errors import CorruptFileError
+
+__all__ = ["checkpoint_problems", "file_problem", "require_intact"]
+
+
+def file_problem(path: str | PathLike) -> str | None:
+    """Why a torch.save (zip) or safetensors file cannot be read, from its directory or header alone (cheap
+    for any size); None if it looks intact. Truncation, the usual damage, always shows there."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            return None if 8 + length + end <= size else f"truncated: {size:,} of {8 + length + end:,} bytes"
+        with zipfile.ZipFile(path) as archive:
+            end = max((i.header_offset + i.compress_size for i in archive.infolist()), default=0)
+        return None if end <= size else f"truncated: {size:,} of more than {end:,} bytes"
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError, KeyError, TypeError, struct.error, zipfile.BadZipFile) as e:
+        return f"truncated or not a {'safetensors' if path.suffix == '.safetensors' else 'torch.save'} file ({e})"
+
+
+def require_intact(path: str | PathLike) -> None:
+    """FileNotFoundError if `path` does not exist; `CorruptFileError` naming it if it is damaged."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    if (problem := file_problem(path)) is not None:
+        raise CorruptFileError(f"{path} cannot be read, {problem}: restore it from a copy or re-create it")
+
+
+def checkpoint_problems(directory: str | PathLike, required: tuple[str, ...] = ()) -> list[str]:
+    """`FILE: problem` for the `required` files (model.pt may be model.safetensors) and every other *.pt or
+    *.safetensors file of a local checkpoint directory, sharded or not."""
+    directory = Path(directory)
+    files = {p for p in directory.rglob("*") if p.suffix in (".pt", ".safetensors") and p.is_file()}
+    for name in required:
+        if name == "model.pt" and (directory / "model.safetensors").is_file():
+            name = "model.safetensors"
+        files.add(directory / name)
+    return [f"{f}: {problem}" for f in sorted(files) if (problem := file_problem(f)) is not None]

@@ -1,0 +1,283 @@
+"""Initialising a RePo run from a stage-1 checkpoint (OLMo-2 before RePo): `RepoCheckpointer`.
+
+A stage-1 checkpoint has every tensor of a RePo model except the RePo weights (f_phi's `gate_map`,
+`content_map`, `final_map` of the RePo layers). Stock `FullCheckpointer` loads strictly and fails on it;
+`RepoCheckpointer` accepts exactly that gap and nothing else:
+
+- every base tensor loads bit-exact, the RePo weights keep their fresh init;
+- the optimizer continues the stage-1 AdamW state (exp_avg, exp_avg_sq, step) of every base parameter, and
+  the RePo parameters start with no state (AdamW initialises it at their first step, as for a new run);
+- a checkpoint with any other missing key, an unexpected key or a wrong shape fails with an error naming them.
+
+A complete checkpoint (resuming a RePo run, or a stock model into a stock config) takes the stock path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+from olmo.aliases import PathOrStr
+from olmo.checkpoint import FullCheckpointer, load_fsdp_optim_state, load_state_dict
+from olmo.config import ModelConfig
+from olmo.exceptions import OLMoCheckpointError
+from olmo.model import OLMo
+from olmo.optim import Optimizer
+from olmo.torch_util import barrier
+from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..block import repo_blocks
+from ..modes import F_PHI_WEIGHTS
+from ..registry import build_model
+from ..upstream.olmo import make_state_dict_compatible
+
+__all__ = [
+    "RepoCheckpointer",
+    "check_stage1_state_dict",
+    "clean_param_name",
+    "continue_optimizer_state",
+    "repo_param_names",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _meta_model(config: ModelConfig) -> OLMo:
+    """The model of `config` on the meta device: names and shapes, no memory."""
+    return build_model(dataclasses.replace(config, init_device="meta"))
+
+
+def repo_param_names(config: ModelConfig) -> set[str]:
+    """State-dict names of the RePo weights (gate_map/content_map/final_map of every RePo layer)."""
+    model = _meta_model(config)
+    blocks = {id(b) for b in repo_blocks(model)}
+    return {
+        f"{module_name}.{weight}.weight"
+        for module_name, module in model.named_modules()
+        if id(module) in blocks
+        for weight in F_PHI_WEIGHTS
+    }
+
+
+def clean_param_name(name: str) -> str:
+    """A parameter name without the FSDP wrapper infixes and the DDP prefix."""
+    return name.replace("_fsdp_wrapped_module.", "").removeprefix("module.")
+
+
+def _listed(keys: set[str], limit: int = 12) -> str:
+    keys_sorted = sorted(keys)
+    more = f" ... and {len(keys_sorted) - limit} more" if len(keys_sorted) > limit else ""
+    return ", ".join(keys_sorted[:limit]) + more
+
+
+def check_stage1_state_dict(state_dict: Mapping[str, torch.Tensor], config: ModelConfig) -> set[str]:
+    """Check a checkpoint's model state dict against the model of `config`.
+
+    Returns the keys the checkpoint lacks: empty for a complete checkpoint, or exactly the RePo weights for a
+    stage-1 checkpoint. Anything else (another missing key, an unexpected key, a wrong shape) raises
+    `OLMoCheckpointError` naming the keys.
+    """
+    expected = {k: tuple(v.shape) for k, v in _meta_model(config).state_dict().items()}
+    repo = repo_param_names(config)
+    got = set(state_dict)
+    missing, unexpected = set(expected) - got, got - set(expected)
+    wrong_shape = {
+        f"{k} (checkpoint {tuple(state_dict[k].shape)}, model {expected[k]})"
+        for k in got & set(expected)
+        if tuple(state_dict[k].shape) != expected[k]
+    }
+    problems = []
+    if unexpected:
+        problems.append(f"unexpected keys: {_listed(unexpected)}")
+    if missing - repo:
+        problems.append(f"missing keys that are not RePo weights: {_listed(missing - repo)}")
+    elif missing and missing != repo:
+        problems.append(
+            f"the checkpoint has some RePo weights but lacks {_listed(missing)}; a stage-1 checkpoint has none "
+            "and a RePo checkpoint has all of them"
+        )
+    if wrong_shape:
+        problems.append(f"wrong shapes: {_listed(wrong_shape)}")
+    if problems:
+        raise OLMoCheckpointError(
+            "checkpoint does not fit the model of this config: "
+            + "; ".join(problems)
+            + ". Check model.* (sizes, pe_mode, pe_start_layer, pe_layer_ids) against the checkpoint's config.yaml."
+        )
+    return missing
+
+
+def _state_by_name(optim_state: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """{clean parameter name: state} and the parameter names of a saved optimizer, in either format.
+
+    DDP checkpoints are int-keyed with `param_names` in each group; FSDP full checkpoints are keyed by name.
+    """
+    by_name: dict[str, Any] = {}
+    names: set[str] = set()
+    for group in optim_state["param_groups"]:
+        ids, group_names = group["params"], group.get("param_names", group["params"])
+        for pid, name in zip(ids, group_names):
+            if not isinstance(name, str):
+                raise OLMoCheckpointError(
+                    "optim.pt has no parameter names; cannot match its state to parameters"
+                )
+            names.add(clean_param_name(name))
+            if pid in optim_state["state"]:
+                by_name[clean_param_name(name)] = optim_state["state"][pid]
+    return by_name, names
+
+
+def continue_optimizer_state(
+    stage1_optim_state: dict[str, Any], optim: Optimizer, new_params: set[str], *, by_name: bool
+) -> dict[str, Any]:
+    """Optimizer-state surgery: the stage-1 state of every base parameter, no state for `new_params`.
+
+    Returns a state dict for `optim`: int-keyed for `optim.load_state_dict` (DDP), or keyed by parameter
+    name for `FSDP.optim_state_dict_to_load` (`by_name=True`). Param-group hyperparameters are the current
+    optimizer's (the config's); the trainer resets lr and weight decay from the config anyway.
+    """
+    stage1, stage1_names = _state_by_name(stage1_optim_state)
+    current = optim.state_dict()
+    current_names = {clean_param_name(n) for g in current["param_groups"] for n in g["param_names"]}
+    base = current_names - new_params
+    if stage1_names != base:
+        problems = []
+        if base - stage1_names:
+            problems.append(f"no optimizer state for: {_listed(base - stage1_names)}")
+        if stage1_names - base:
+            problems.append(f"state for unknown parameters: {_listed(stage1_names - base)}")
+        raise OLMoCheckpointError(
+            "optim.pt does not fit this model: " + "; ".join(problems) + ". Set reset_optimizer_state=true "
+            "to start the optimizer fresh."
+        )
+    state: dict[Any, Any] = {}
+    groups = []
+    for group in current["param_groups"]:
+        names = [clean_param_name(n) for n in group["param_names"]]
+        keys = names if by_name else group["params"]
+        state.update({key: stage1[name] for key, name in zip(keys, names) if name in stage1})
+        groups.append({**group, "params": keys, "param_names": names} if by_name else group)
+    log.info(
+        "Optimizer surgery: stage-1 state for %d base parameters, fresh state for %d RePo parameters",
+        len(base),
+        len(new_params),
+    )
+    return {"state": state, "param_groups": groups}
+
+
+def _initial_state_for(optim: Optimizer, names: set[str]) -> None:
+    """Give the parameters `names` the optimizer state their first step would create (step 0, zero moments).
+
+    FSDP gathers an optimizer state dict (any checkpoint) only if every parameter of an FSDP unit has a state
+    or none has; right after the surgery the RePo weights have none. Same arithmetic as no state: AdamW
+    starts from exactly these values. Parameters with no local shard get none, as in a step.
+    """
+    template = next((state for state in optim.state.values() if state), None)  # a base parameter's state
+    if template is None:  # stage 1 saved before its first step: no parameter has a state
+        return
+    for group in optim.param_groups:
+        for name, param in zip(group["param_names"], group["params"]):
+            if clean_param_name(name) in names and param.numel() > 0:
+                optim.state[param] = {
+                    key: torch.zeros_like(param if value.dim() else value)
+                    for key, value in template.items()
+                    if key != "grad_norm_exp_avg"  # OLMo's clipping statistic, created after the first step
+                }
+
+
+class RepoCheckpointer(FullCheckpointer):
+    """`FullCheckpointer` that also initialises a RePo model from a stage-1 checkpoint.
+
+    Delta: `restore_checkpoint` first checks model.pt against the config (`check_stage1_state_dict`). A
+    complete checkpoint then takes the stock path unchanged. A stage-1 checkpoint loads its base tensors
+    (DDP: the module; FSDP: a full state dict on every rank), continues the optimizer state by surgery (FSDP:
+    the RePo weights get AdamW's initial state explicitly, see `_initial_state_for`), and reads train.pt; a checkpoint without optim.pt/train.pt (weights converted from elsewhere) needs
+    `reset_optimizer_state`/`reset_trainer_state`, and the error says so.
+    """
+
+    def restore_checkpoint(
+        self,
+        load_path: PathOrStr,
+        dist_model: nn.Module,
+        optim: Optimizer,
+        *,
+        local_cache: PathOrStr | None = None,
+        load_optimizer_state: bool = True,
+    ) -> dict[str, Any]:
+        state_dict = load_state_dict(load_path, "model.pt", local_cache=local_cache, map_location="cpu")
+        state_dict = make_state_dict_compatible(_meta_model(self.cfg.model), state_dict)
+        new_params = check_stage1_state_dict(state_dict, self.cfg.model)
+        if not new_params:
+            del state_dict
+            return super().restore_checkpoint(
+                load_path,
+                dist_model,
+                optim,
+                local_cache=local_cache,
+                load_optimizer_state=load_optimizer_state,
+            )
+
+        log.info(
+            "Initialising from stage-1 checkpoint %s: %d RePo weights keep their init",
+            load_path,
+            len(new_params),
+        )
+        is_fsdp = isinstance(dist_model, FSDP)
+        if is_fsdp and load_optimizer_state and not self.cfg.fsdp.use_orig_params:
+            raise OLMoCheckpointError(
+                "continuing the stage-1 optimizer state needs per-parameter state: set fsdp.use_orig_params=true "
+                "(the default), or reset_optimizer_state=true"
+            )
+        with torch.no_grad():
+            if is_fsdp:
+                with FSDP.state_dict_type(
+                    dist_model,
+                    StateDictType.FULL_STATE_DICT,
+                    FullStateDictConfig(rank0_only=False, offload_to_cpu=True),
+                ):
+                    result = dist_model.load_state_dict(state_dict, strict=False)
+            elif isinstance(dist_model, DDP):
+                result = dist_model.module.load_state_dict(state_dict, strict=False)
+            else:
+                raise NotImplementedError("RepoCheckpointer supports the DDP and FSDP strategies")
+        loaded_missing = {clean_param_name(k) for k in result.missing_keys}
+        if loaded_missing != new_params or result.unexpected_keys:
+            raise OLMoCheckpointError(
+                f"stage-1 load left unexpected gaps: {_listed(loaded_missing ^ new_params)}"
+            )
+        del state_dict
+
+        if load_optimizer_state:
+            try:
+                stage1_optim = load_state_dict(
+                    load_path, "optim.pt", local_cache=local_cache, map_location="cpu"
+                )
+            except FileNotFoundError:
+                raise OLMoCheckpointError(
+                    f"{load_path} has no optim.pt: set reset_optimizer_state=true to start the optimizer fresh"
+                ) from None
+            optim_state = continue_optimizer_state(stage1_optim, optim, new_params, by_name=is_fsdp)
+            del stage1_optim
+            if is_fsdp:
+                load_fsdp_optim_state(dist_model, optim, optim_state)
+                _initial_state_for(optim, new_params)
+            else:
+                optim.load_state_dict(optim_state)
+        barrier()
+
+        try:
+            trainer_state = load_state_dict(load_path, "train.pt", local_cache=local_cache)
+        except FileNotFoundError:
+            if not self.cfg.reset_trainer_state:
+                raise OLMoCheckpointError(
+                    f"{load_path} has no train.pt: set reset_trainer_state=true to start the trainer state fresh"
+                ) from None
+            trainer_state = {}
+        barrier()
+        return trainer_state

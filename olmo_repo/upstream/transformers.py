@@ -1,0 +1,68 @@
+"""transformers 5.24.0: routing the reference format through the `olmo2` Auto classes; private names read.
+
+What transformers lacks, and what this module does about it:
+
+- An Auto class maps a config class to one model class. The reference implementation's checkpoints say
+  `model_type: olmo2` (stock) with a nested `pe_config`, so stock transformers builds a stock Olmo2 from them
+  and drops the RePo weights. `olmo2_or_reference(stock, repo)` is the class registered for `Olmo2Config`
+  instead: it builds `stock` for every `olmo2` config without `pe_config`, and `repo` for the others, from
+  `from_pretrained` and from the private `_from_config` (what `AutoModel*.from_config` calls).
+- `attn_implementation(model)`: the private `config._attn_implementation` (the implementation in use).
+
+The HF modeling and configuration files travel into converted checkpoints as remote code and cannot import
+this package: what they take from transformers' internals is marked in place ("restated from transformers
+5.24.0" for `Olmo2Attention.forward`, the bypass of `Olmo2ForCausalLM.__init__`, the private
+`_raise_exceptions_for_missing_entries` of `cached_file`, `config._attn_implementation`) and listed in
+`CANARIES` with the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import Olmo2Config, PreTrainedModel
+
+__all__ = ["CANARIES", "attn_implementation", "olmo2_or_reference"]
+
+VERSION = "5.24.0"
+CANARIES = {
+    "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.forward": "4c62a7cb133a0250",
+    "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.__init__": "202f2027df76d67e",
+    "transformers.models.olmo2.modeling_olmo2.Olmo2ForCausalLM.__init__": "9f1773cbef13f557",
+    "transformers.modeling_utils.PreTrainedModel._from_config": "98702b52003e3ba7",
+    "transformers.utils.hub.cached_file": "e50849aace67b3c2",
+}
+
+
+def olmo2_or_reference(
+    stock: type[PreTrainedModel], repo: type[PreTrainedModel], translate: Any, weight_names: Any
+) -> type[PreTrainedModel]:
+    """What an Auto class builds for an `olmo2` config: `stock`, or `repo` if the config has `pe_config`.
+
+    translate(config, weights, source) -> the `repo` config of a reference-format config; weight_names(path,
+    **hub kwargs) -> the checkpoint's weight names (which layers carry RePo weights), or None.
+    """
+
+    class Olmo2OrReference(stock):  # type: ignore[misc,valid-type]
+        @classmethod
+        def from_pretrained(
+            cls, path: Any, *args: Any, config: Olmo2Config, **kwargs: Any
+        ) -> PreTrainedModel:
+            if getattr(config, "pe_config", None) is None:
+                return stock.from_pretrained(path, *args, config=config, **kwargs)
+            config = translate(config, weight_names(path, **kwargs), str(path))
+            return repo.from_pretrained(path, *args, config=config, **kwargs)
+
+        @classmethod
+        def _from_config(cls, config: Olmo2Config, **kwargs: Any) -> PreTrainedModel:
+            if getattr(config, "pe_config", None) is None:
+                return stock._from_config(config, **kwargs)
+            return repo._from_config(translate(config, None, "config"), **kwargs)
+
+    Olmo2OrReference.__name__ = Olmo2OrReference.__qualname__ = f"{stock.__name__}OrReference"
+    return Olmo2OrReference
+
+
+def attn_implementation(model: PreTrainedModel) -> str:
+    """The attention implementation `model` runs with (eager, sdpa, ...)."""
+    return model.config._attn_implementation

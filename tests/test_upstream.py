@@ -1,0 +1,85 @@
+"""Canaries of `olmo_repo.upstream`: each fails loudly when an upgrade changes an upstream function this
+project patches, restates or calls by a private name. A failure names the thing: re-read the module of
+`olmo_repo/upstream/` that lists it, adapt the code, then update its hash."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from olmo_repo.upstream import resolve, source_hash
+
+MODULES = ["olmo", "torch", "wandb", "transformers", "lm_eval", "nltk"]
+PINNED = {  # distribution -> the version the canaries were taken at (pyproject pins the same)
+    "ai2-olmo": "0.6.0",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "wandb": "0.31.0",
+    "lm-eval": "0.4.13",
+    "nltk": "3.10.4",
+    "numpy": "1.26.4",
+}
+CANARIES = [
+    (module, name, digest)
+    for module in MODULES
+    for name, digest in getattr(
+        importlib.import_module(f"olmo_repo.upstream.{module}"), "CANARIES", {}
+    ).items()
+]
+
+
+@pytest.mark.parametrize("distribution, pinned", PINNED.items())
+def test_installed_versions_are_the_pinned_ones(distribution, pinned):
+    assert version(distribution).split("+")[0] == pinned, (
+        f"{distribution} is not the version the seam was read at"
+    )
+
+
+@pytest.mark.parametrize("module, name, digest", CANARIES, ids=[c[1] for c in CANARIES])
+def test_upstream_source_is_what_the_seam_was_written_against(module, name, digest):
+    if digest is None:  # a C function or constant: it must exist
+        resolve(name)
+        return
+    assert source_hash(name) == digest, (
+        f"{name} changed upstream: re-read olmo_repo/upstream/{module}.py, adapt it, then update its hash"
+    )
+
+
+def test_every_module_of_the_seam_has_canaries_or_is_data_only():
+    assert {m for m, _, _ in CANARIES} == {"olmo", "torch", "wandb", "transformers"}
+    # lm_eval and nltk take names, not behaviour: importing them is their canary (a rename fails at import).
+    for module in ("lm_eval", "nltk"):
+        importlib.import_module(f"olmo_repo.upstream.{module}")
+
+
+def test_a_changed_source_fails_the_canary(monkeypatch):
+    import olmo.model
+
+    real = olmo.model.OLMoBlock.attention
+    monkeypatch.setattr(olmo.model.OLMoBlock, "attention", lambda self, *args: real(self, *args))
+    assert (
+        source_hash("olmo.model.OLMoBlock.attention")
+        != dict((c[1], c[2]) for c in CANARIES)["olmo.model.OLMoBlock.attention"]
+    )
+
+
+def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
+    """`import olmo_repo.hf` (all a user of a converted model needs) loads neither ai2-olmo nor the factory;
+    the OLMo side installs the factory on first use; torch is patched only when an entry point asks."""
+    code = (
+        "import sys, torch\n"
+        "import olmo_repo.hf\n"
+        "assert 'olmo' not in sys.modules and 'olmo_repo.registry' not in sys.modules, sorted(sys.modules)\n"
+        "stock = torch.serialization.get_safe_globals()\n"
+        "from olmo.model import OLMoBlock\n"
+        "assert OLMoBlock.__dict__['build'].__func__.__module__ == 'olmo.model'\n"
+        "from olmo_repo import RepoModelConfig\n"
+        "assert OLMoBlock.__dict__['build'].__func__.__module__ == 'olmo_repo.registry'\n"
+        "assert torch.serialization.get_safe_globals() == stock\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
