@@ -21,7 +21,7 @@ from olmo_repo.fetch.cli import main
 from olmo_repo.fetch.transfer import MANIFEST, PART
 
 from .fetch_server import FileServer, Served
-from .training import ROOT, STAGE1, free_port, make_trainer, small, subprocess_env, write_corpus
+from .training import ROOT, STAGE1, free_port, losses, make_trainer, small, subprocess_env, write_corpus
 
 FETCH = ROOT / "scripts/fetch.py"
 CKPT = "ckpt/step5-unsharded"
@@ -81,7 +81,16 @@ def test_help_and_argument_errors(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--to", "--dry-run", "--only", "--jobs", "--retries", "--timeout", "--staging", "--no-progress"):
+    for flag in (
+        "--to",
+        "--dry-run",
+        "--only",
+        "--jobs",
+        "--retries",
+        "--timeout",
+        "--staging",
+        "--no-progress",
+    ):
         assert flag in out
     with pytest.raises(SystemExit) as e:
         main([str(STAGE1)])  # no --to
@@ -151,7 +160,10 @@ def test_fetch_resumes_a_dropped_file_verifies_and_a_rerun_downloads_nothing(ser
     assert ranges == [None, "bytes=262144-"]
     manifest = json.loads((to / MANIFEST).read_text())
     record = manifest["files"][f"127.0.0.1_{server.httpd.server_address[1]}/data/stage1.npy"]
-    assert record["size"] == 800_000 and record["md5"] == hashlib.md5(served.files["data/stage1.npy"]).hexdigest()
+    assert (
+        record["size"] == 800_000
+        and record["md5"] == hashlib.md5(served.files["data/stage1.npy"]).hexdigest()
+    )
 
     config = to / "tiny-stage1-rope.yaml"
     assert out.splitlines()[-1] == f"config: {config}"
@@ -296,3 +308,107 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     (rng,) = [r for m, p, r in served.log if m == "GET" and p == "data/stage1.npy"]
     assert rng is not None and rng.startswith("bytes=")  # resumed, not restarted
     _assert_complete(to, server)
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    """A real S3 API (moto's server) on loopback, and boto3 pointed at it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield boto3.client("s3")
+    finally:
+        moto.stop()
+
+
+def test_s3_target_uploads_verified_copies_and_a_rerun_uploads_nothing(server, s3, tmp_path, capsys):
+    s3.create_bucket(Bucket="mirror")
+    staging = tmp_path / "staging"
+    args = _args(server, "s3://mirror/olmo", f"--staging={staging}")
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        f"config: {staging}/tiny-stage1-rope.yaml",
+        "config: s3://mirror/olmo/tiny-stage1-rope.yaml",
+    ]
+    host = f"127.0.0.1_{server.httpd.server_address[1]}"
+    for path, data in server.served.files.items():
+        obj = s3.get_object(Bucket="mirror", Key=f"olmo/{host}/{path}")
+        assert obj["Body"].read() == data, path
+        assert obj["Metadata"]["fetch-url"] == server.url(path)
+    assert sorted(p.name for p in staging.rglob("*") if p.is_file()) == ["tiny-stage1-rope.yaml"]
+    cfg = RepoTrainConfig.load(staging / "tiny-stage1-rope.yaml", validate_paths=False)
+    assert cfg.data.paths == [f"s3://mirror/olmo/{host}/data/stage1.npy"]
+    assert cfg.load_path == f"s3://mirror/olmo/{host}/{CKPT}"
+
+    server.served.log.clear()
+    assert main(args) == 0
+    assert server.served.get_requests() == []
+    assert "7 file(s) already fetched" in capsys.readouterr().out
+
+    assert main([args[0], "--to", "s3://no-such-bucket/x", *args[3:]]) == 2
+    assert "bucket no-such-bucket not reachable" in capsys.readouterr().err
+
+
+def test_sharded_checkpoint_listed_from_s3(s3, tmp_path, capsys):
+    s3.create_bucket(Bucket="ckpts")
+    files = {
+        "config.yaml": b"run_name: x\n",
+        "model/.metadata": b"meta",
+        "model/__0_0.distcp": np.random.default_rng(0).bytes(300_000),
+        "train/rank0.pt": b"train",
+    }
+    for name, data in files.items():
+        s3.put_object(Bucket="ckpts", Key=f"run/step3/{name}", Body=data)
+    to = tmp_path / "out"
+    assert main([str(STAGE1), "--to", str(to), "--only=checkpoint", "--load_path=s3://ckpts/run/step3"]) == 0
+    for name, data in files.items():
+        assert (to / "s3/ckpts/run/step3" / name).read_bytes() == data
+    cfg = RepoTrainConfig.load(to / "tiny-stage1-rope.yaml", validate_paths=False)
+    assert cfg.load_path == str(to / "s3/ckpts/run/step3")
+    assert cfg.data.paths == ["runs/demo/data/stage1.npy"]  # --only=checkpoint: the data paths as they were
+
+
+def _first_batches(config: Path | str, overrides: list[str], save: Path, device) -> tuple[list[str], list]:
+    """Train two steps; return the data-indices lines and the token ids of those instances."""
+    import gzip
+
+    with make_trainer(config, [*overrides, f"save_folder={save}"], device) as trainer:
+        trainer.fit()
+        dataset = trainer.train_loader.dataset.dataset  # the MemMapDataset behind OLMo's IterableDataset
+    # Closing the trainer closes the indices file.
+    lines = gzip.decompress((save / "data-indices/rank0.tsv.gz").read_bytes()).decode().splitlines()
+    indices = [int(i) for line in lines for i in line.split("\t")[1:]]
+    return lines, [dataset[i]["input_ids"].tolist() for i in indices]
+
+
+def test_training_on_the_copies_reads_the_same_tokens_as_on_the_server(tmp_path, device, capsys):
+    data = write_corpus(tmp_path / "corpus")
+    served = Served(files={"data/stage1.npy": (data / "stage1.npy").read_bytes()})
+    to = tmp_path / "copies"
+    with FileServer(served) as server:
+        remote = small(data, tmp_path / "unused", max_duration=2, stop_at=2, data_prefix=server.url("data"))
+        assert main([str(STAGE1), "--to", str(to), "--no-progress", *[f"--{o}" for o in remote]]) == 0
+        config = capsys.readouterr().out.splitlines()[-1].removeprefix("config: ")
+        lines, tokens = _first_batches(STAGE1, remote, tmp_path / "from-server", device)
+        assert any(p == "data/stage1.npy" and r for m, p, r in served.log if m == "GET")  # read over http
+    # The server is gone: the copy's run can only read local files.
+    local_lines, local_tokens = _first_batches(config, [], tmp_path / "from-copy", device)
+    assert [line.split("\t")[0] for line in lines] == ["1", "2"] and len(tokens) == 8  # 2 steps x 4 instances
+    assert local_lines == lines and local_tokens == tokens
+    corpus = np.fromfile(data / "stage1.npy", dtype=np.uint32)
+    assert all(len(t) == 32 and set(t) <= set(corpus.tolist()) for t in tokens)
+    assert sorted(losses(tmp_path / "from-server")) == [1, 2]
+    assert losses(tmp_path / "from-copy") == losses(tmp_path / "from-server")
