@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except FetchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while planning: nothing was written yet
+        print("interrupted before any download; nothing was written", file=sys.stderr)
+        return 130
 
 
 def _source_of(url: str) -> str:
