@@ -1,0 +1,10 @@
+"""Local copies of what a training config reads remotely: `scripts/fetch.py CONFIG --to DIR|s3://...`.
+
+Modules: `plan` (the remote files of a config, and the config rewritten to the copies), `remote` (size,
+ETag and byte streams of http(s) and s3 files), `transfer` (targets, resumable verified downloads in
+parallel), `cli`. Nothing here imports torch or ai2-olmo at import time.
+"""
+
+from .errors import FetchError
+
+__all__ = ["FetchError"]

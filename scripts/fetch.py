@@ -1,0 +1,6 @@
+"""Fetch the data, checkpoint and evaluation files a training config reads remotely. See `--help`."""
+
+from olmo_repo.fetch.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
