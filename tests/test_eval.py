@@ -357,16 +357,6 @@ def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
             assert (base - yarn).abs().max() > 1e-3, name
 
 
-def test_eval_cli_help(capsys):
-    with pytest.raises(SystemExit) as exit:
-        main(["--help"])
-    assert exit.value.code == 0
-    text = capsys.readouterr().out
-    for flag in ("--tasks", "--suite", "--lengths", "--samples", "--seed", "--batch-size", "--yarn", "--essays",
-                 "--dtype", "--device", "--out", "--overwrite"):  # fmt: skip
-        assert flag in text
-
-
 @pytest.mark.parametrize(
     "flags, message",
     [

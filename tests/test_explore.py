@@ -257,13 +257,6 @@ def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
 
 
 def test_command_line(ckpts, capsys):
-    with pytest.raises(SystemExit) as exit:
-        main(["--help"])
-    assert exit.value.code == 0
-    text = capsys.readouterr().out
-    for flag in ("MODEL", "MODEL2", "--port", "--max-tokens", "--device", "--export", "--force"):
-        assert flag in text
-    assert "main()" in (ROOT / "scripts" / "explore.py").read_text()  # the script only calls the package
     with listen() as taken:
         assert main([str(ckpts.repo), "--port", str(taken.getsockname()[1])]) == 1
     assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from olmo_repo.cli.plot_positions import main as plot_positions_main
 from olmo_repo.eval import plots
 from olmo_repo.eval.attention import AttentionMass
 
-from .conftest import ROOT, make_checkpoint
+from .conftest import make_checkpoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -102,25 +102,3 @@ def test_plot_positions_command(tmp_path, tokenizer_file, capsys):
         == 1
     )
     assert "not a model directory" in capsys.readouterr().err
-
-
-def test_plot_positions_script_explains_every_flag(capsys):
-    with pytest.raises(SystemExit) as exit:
-        plot_positions_main(["--help"])
-    assert exit.value.code == 0
-    text = capsys.readouterr().out
-    for flag in (
-        "MODEL",
-        "--text ",
-        "--text-file",
-        "--layer",
-        "--head",
-        "--max-tokens",
-        "--out",
-        "--force",
-        "--device",
-    ):
-        assert flag in text
-    assert (
-        "plot_positions_main()" in (ROOT / "scripts" / "plot_positions.py").read_text()
-    )  # the script only calls it

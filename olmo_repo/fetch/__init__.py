@@ -2,7 +2,7 @@
 
 Modules: `plan` (the remote files of a config, and the config rewritten to the copies), `remote` (size,
 ETag and byte streams of http(s) and s3 files), `transfer` (targets, resumable verified downloads in
-parallel), `cli`. Nothing here imports torch or ai2-olmo at import time.
+parallel); the command is `olmo_repo.cli.fetch`. Nothing here imports torch or ai2-olmo at import time.
 """
 
 from .errors import FetchError

@@ -11,8 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .errors import FetchError
-from .plan import GROUPS
+from ..fetch.errors import FetchError
+from ..fetch.plan import GROUPS
 
 __all__ = ["main"]
 
@@ -120,7 +120,7 @@ def _source_of(url: str) -> str:
 
 
 def _print_plan(config: str, target, items, only) -> None:
-    from .transfer import human
+    from ..fetch.transfer import human
 
     print(f"plan: {config} -> {target} (free: {human(target.free_bytes())})")
     rows: dict[tuple[str, str], list] = defaultdict(list)
@@ -156,8 +156,15 @@ def _print_plan(config: str, target, items, only) -> None:
 
 
 def _fetch(args: argparse.Namespace, overrides: list[str]) -> int:
-    from .plan import checkpoint_sources, config_sources, load_config, local_name, probe, rewrite_config
-    from .transfer import human, make_target, plan_items, run
+    from ..fetch.plan import (
+        checkpoint_sources,
+        config_sources,
+        load_config,
+        local_name,
+        probe,
+        rewrite_config,
+    )
+    from ..fetch.transfer import human, make_target, plan_items, run
 
     only = tuple(args.only or GROUPS)
     target = make_target(args.to, args.staging)
@@ -248,7 +255,7 @@ def _fetch(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _check_rewritten(path: str, cfg, copies: dict[str, str]) -> None:
     """The written config reads exactly the copies of what the original read, in the same order."""
-    from .plan import load_config
+    from ..fetch.plan import load_config
 
     new = load_config(path, [])
 
