@@ -1,0 +1,42 @@
+"""Train with OLMo's Trainer and the RePo model.
+
+Usage:
+    torchrun --nproc_per_node=N scripts/train.py CONFIG [--key=value ...]
+    python scripts/train.py CONFIG [--key=value ...]          # one process
+
+CONFIG is a YAML file (configs/*.yaml); each --key=value overrides a config key, dotted for nested keys
+(--model.pe_start_layer=5, --save_folder=runs/x, --stop_at=100). The config's strategy (fsdp or ddp) on
+nccl with CUDA, on gloo without. Rerunning the same command resumes from the latest checkpoint in
+save_folder (or remote_save_folder). See README.md, section "Training".
+"""
+
+# Temporary, on the demo branch only: what scripts/train.py does, as `python -m olmo_repo.cli.train`, which
+# the demo runs. The lead's olmo_repo/cli/train.py replaces this file on merge.
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    if not Path(argv[0]).is_file():  # before the imports, which take seconds
+        print(
+            f"error: config file {argv[0]} does not exist (expected a YAML file such as configs/*.yaml)",
+            file=sys.stderr,
+        )
+        return 1
+    from olmo_repo.train import train  # after --help: importing torch and OLMo takes seconds
+
+    train(argv[0], argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
