@@ -76,6 +76,15 @@ def test_positions_column_shows_every_repo_layer():
     assert positions_summary(record) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_demos_configs_load(
+    name,
+):  # configs/ no longer holds them: tests/test_config.py does not see them
+    from olmo_repo import RepoModelConfig, RepoTrainConfig
+
+    assert isinstance(RepoTrainConfig.load(config_path(name), validate_paths=False).model, RepoModelConfig)
+
+
 def test_demo_constants_are_the_configs():
     from omegaconf import OmegaConf as om
 
