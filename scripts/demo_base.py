@@ -1,36 +1,6 @@
-"""`make demo-base`: rebuild the tiny base model that `make demo` starts from (olmo_repo/demo_base/, shipped in
-the package): its tokenizer and corpus, 4,000 steps of RoPE pre-training on CPU (about 55 min on 2 cores),
-and the conversion to HF in bf16. See olmo_repo/demo_base.py for why the demo starts from a shipped model."""
+"""`make demo-base`: rebuild the tiny base model that `make demo` starts from (`olmo_repo.cli.demo_base`)."""
 
-import argparse
-from pathlib import Path
+from olmo_repo.cli.demo_base import main
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=Path(__file__).resolve().parents[1] / "runs/demo-base",
-        help="folder for the corpus, the training run and its log: a new or empty folder, or a previous "
-        "build's, whose outputs are replaced (default: runs/demo-base in the repository)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help="where the HF model goes (default: olmo_repo/demo_base/ in the package, which `make demo` uses); "
-        "a folder holding other files than a previous build's is refused",
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="training steps of 8 windows of 512 tokens, and the corpus size to match (default: 4000, the "
-        "config's; fewer for a quick try)",
-    )
-    args = parser.parse_args()
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    from olmo_repo.demo_base import BASE_DIR, BASE_STEPS, build_base  # after --help: torch takes seconds
-
-    build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
+    raise SystemExit(main())

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf as om
 
 from olmo_repo import RepoModelConfig, RepoTrainConfig, build_model, layer_modes, repo_layer_ids
 
-from .conftest import CONFIGS, tiny_config
+from .conftest import CONFIGS, ROOT, tiny_config
 
 RELEASED = CONFIGS / "released"
 ALL_CONFIGS = sorted(CONFIGS.rglob("*.yaml"))
@@ -115,7 +115,7 @@ def test_data_prefix_is_a_local_copy_of_olmo_data_org(tmp_path):
     local.save(tmp_path / "config.yaml")  # what a run saves, and loads again on resume: unchanged
     assert RepoTrainConfig.load(tmp_path / "config.yaml", validate_paths=False).data.paths == local.data.paths
     # Configs that write ${data_prefix} into their paths (the tiny ones, the reference fork's) use it as the root.
-    tiny = RepoTrainConfig.load(CONFIGS / "tiny-stage2-repo.yaml", ["data_prefix=/d"])
+    tiny = RepoTrainConfig.load(ROOT / "olmo_repo/demo/configs/tiny-stage2-repo.yaml", ["data_prefix=/d"])
     assert (tiny.data.paths, tiny.evaluators[0].data.paths) == (["/d/stage2.npy"], ["/d/val.npy"])
 
 

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from olmo_repo.demo import DemoFolder, positions_summary
+from olmo_repo.demo import BASE_DIR, config_path
+from olmo_repo.demo.folder import DemoFolder
+from olmo_repo.demo.training import positions_summary
+from olmo_repo.errors import CorruptFileError, RepoError
 
 from .conftest import ROOT
 
 DEMO = ROOT / "scripts/demo.py"
+CONFIGS = ("base-rope", "stage1-rope", "stage2-repo", "stage2-rope")
 
 
 def test_help_explains_the_folder_and_starts_nothing(tmp_path):
@@ -26,6 +33,9 @@ def test_help_explains_the_folder_and_starts_nothing(tmp_path):
     assert result.returncode == 0 and result.stdout.startswith("usage: demo.py [-h] [OUT_DIR]")
     assert "previous demo's, whose outputs are replaced" in " ".join(result.stdout.split())
     assert not any(tmp_path.iterdir())  # no folder named --help
+    # The commands parse before any heavy import: --help answers at once.
+    light = "import sys, olmo_repo.cli.demo, olmo_repo.cli.demo_base; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", light]).returncode == 0
 
 
 def test_a_users_folder_is_refused_before_any_work(tmp_path):
@@ -33,7 +43,7 @@ def test_a_users_folder_is_refused_before_any_work(tmp_path):
     result = subprocess.run([sys.executable, str(DEMO), str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr == (
-        f"{tmp_path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
+        f"demo.py: error: {tmp_path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
         "writes its corpus and runs there)\n"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
@@ -51,12 +61,8 @@ def test_a_previous_demos_outputs_are_replaced_and_nothing_else(tmp_path):
     again.clear()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".olmo-repo-demo", "notes.txt"]
     assert json.loads((tmp_path / "demo/.olmo-repo-demo").read_text()) == []
-    (tmp_path / "old/stage1-rope").mkdir(parents=True)  # a demo's folder from before the marker
-    (tmp_path / "old/stage1-rope.log").write_text("log")
-    DemoFolder(tmp_path / "old").clear()
-    assert [p.name for p in (tmp_path / "old").iterdir()] == [".olmo-repo-demo"]
     (tmp_path / "file").write_text("")
-    with pytest.raises(SystemExit, match="is a file"):
+    with pytest.raises(RepoError, match="is a file"):
         DemoFolder(tmp_path / "file")
 
 
@@ -70,16 +76,22 @@ def test_positions_column_shows_every_repo_layer():
     assert positions_summary(record) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_demos_configs_load(
+    name,
+):  # configs/ no longer holds them: tests/test_config.py does not see them
+    from olmo_repo import RepoModelConfig, RepoTrainConfig
+
+    assert isinstance(RepoTrainConfig.load(config_path(name), validate_paths=False).model, RepoModelConfig)
+
+
 def test_demo_constants_are_the_configs():
     from omegaconf import OmegaConf as om
 
-    from olmo_repo import demo_corpus as demo
-    from olmo_repo.demo_base import BASE_STEPS
+    from olmo_repo.demo import corpus as demo
+    from olmo_repo.demo.base import BASE_STEPS
 
-    base, stage1, *stage2 = (
-        om.load(ROOT / f"configs/tiny-{name}.yaml")
-        for name in ("base-rope", "stage1-rope", "stage2-repo", "stage2-rope")
-    )
+    base, stage1, *stage2 = (om.load(config_path(name)) for name in CONFIGS)
     for config in [base, stage1, *stage2]:
         assert config.model.max_sequence_length == demo.SEQ_LEN
         assert config.model.vocab_size == config.model.embedding_size == demo.VOCAB
@@ -94,7 +106,7 @@ def test_demo_constants_are_the_configs():
 
 
 def test_corpus_windows_hold_whole_niah_documents(tmp_path):
-    from olmo_repo import demo_corpus as demo
+    from olmo_repo.demo import corpus as demo
     from olmo_repo.eval import niah
 
     tokenizer = demo.build_tokenizer()
@@ -132,8 +144,8 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     from omegaconf import OmegaConf as om
     from transformers import AutoModelForCausalLM
 
-    from olmo_repo import demo_corpus as demo
-    from olmo_repo.demo_base import BASE_DIR, HF_FILES, base_tokenizer
+    from olmo_repo.demo import corpus as demo
+    from olmo_repo.demo.base import HF_FILES, base_tokenizer
     from olmo_repo.eval import niah
     from olmo_repo.hf import read_hf_config
     from olmo_repo.hf.mapping import olmo_config_from_hf
@@ -144,7 +156,7 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     text = "One of the special magic numbers for tidy-bone is: 8364512.\nWhat is it?"
     assert shipped(text).input_ids == built(text).input_ids
     config = olmo_config_from_hf(read_hf_config(BASE_DIR))
-    expected = om.load(ROOT / "configs/tiny-base-rope.yaml").model
+    expected = om.load(config_path("base-rope")).model
     for key in ("d_model", "n_heads", "n_layers", "vocab_size", "weight_tying", "rope_theta", "norm_after"):
         assert getattr(config, key) == expected[key], key
     model = AutoModelForCausalLM.from_pretrained(BASE_DIR)  # stock transformers: a plain Olmo2 model
@@ -158,10 +170,40 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
         assert niah.score(shipped.decode(out[0, ids.shape[1] :]), sample.answers) == 1.0
 
 
+def _package_data() -> list[str]:
+    """The globs of olmo_repo/demo/'s package data in pyproject.toml (what a wheel ships besides modules)."""
+    line = re.search(r'^"olmo_repo\.demo" = (\[.*\])$', (ROOT / "pyproject.toml").read_text(), re.M)
+    return json.loads(line[1])  # a TOML array of plain strings is JSON
+
+
+def _installed_copy(site: Path) -> Path:
+    """`olmo_repo` as a wheel installs it under `site`: its modules, and of olmo_repo/demo/ only its package
+    data (no configs/, scripts/ or repository beside it)."""
+    shutil.copytree(ROOT / "olmo_repo", site / "olmo_repo", ignore=shutil.ignore_patterns("__pycache__"))
+    demo = site / "olmo_repo/demo"
+    for path in [p for p in demo.rglob("*") if p.is_file() and p.suffix != ".py"]:
+        if not any(path.relative_to(demo).match(g) for g in _package_data()):
+            path.unlink()
+    return site / "olmo_repo"
+
+
+def test_the_demos_files_are_package_data():
+    package = Path(str(importlib.resources.files("olmo_repo.demo")))
+    assert BASE_DIR == package / "base_model" and BASE_DIR.is_dir()
+    assert all(config_path(name) == package / f"configs/tiny-{name}.yaml" for name in CONFIGS)
+    data = [
+        p.relative_to(package) for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
+    ]
+    assert {str(p.parent) for p in data} == {"configs", "base_model"}
+    assert all(any(p.match(g) for g in _package_data()) for p in data)  # a wheel ships them all
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py"))
+    assert "parents[" not in sources and "ROOT" not in sources  # no path out of the package
+
+
 def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from olmo_repo.demo_base import HF_FILES
+    from olmo_repo.demo.base import HF_FILES
 
     script = ROOT / "scripts/demo_base.py"
     (tmp_path / "mine").mkdir()
@@ -169,9 +211,9 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     args = [sys.executable, str(script), "--work", str(tmp_path / "work"), "--steps", "2"]
     refused = subprocess.run([*args, "--output", str(tmp_path / "mine")], capture_output=True, text=True)
     assert refused.returncode == 1
-    assert (
-        refused.stderr
-        == f"{tmp_path / 'mine'} holds files that no base build wrote: pass a new folder as the output\n"
+    assert refused.stderr == (
+        f"demo_base.py: error: {tmp_path / 'mine'} holds files that no base build wrote: pass a new folder as "
+        "the output\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written
     refused = subprocess.run(
@@ -179,8 +221,28 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     )
     assert refused.returncode == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
-    built = subprocess.run([*args, "--output", str(tmp_path / "base")], capture_output=True, text=True)
+    # The build from a non-editable install: only the package, run from elsewhere (the training runs as
+    # `-m olmo_repo.cli.train` with the packaged config).
+    package = _installed_copy(tmp_path / "site")
+    assert not (package / "demo/configs/__init__.py").exists() and (package / "demo/base_model").is_dir()
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+    build = [
+        "-m",
+        "olmo_repo.cli.demo_base",
+        "--work",
+        "work",
+        "--steps",
+        "2",
+        "--output",
+        str(tmp_path / "base"),
+    ]
+    built = subprocess.run([sys.executable, *build], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    assert f"-m olmo_repo.cli.train {package / 'demo/configs/tiny-base-rope.yaml'} " in built.stdout
+    # Progress and summary from the run's metrics.jsonl.
+    assert re.search(
+        r"^   base-rope step +1/2  loss \d+\.\d{3}\n   base-rope step +2/2  loss ", built.stdout, re.M
+    )
     assert "Base model: 2 steps" in built.stdout
     assert {p.name for p in (tmp_path / "base").iterdir()} == HF_FILES
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
@@ -188,17 +250,15 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     assert np.fromfile(tmp_path / "work/data/base.npy", np.uint32).size == 2 * 8 * 512
 
 
-def test_a_corrupt_shipped_base_stops_the_demo_in_one_line(tmp_path, monkeypatch):
-    from olmo_repo import demo_base
-    from olmo_repo.demo import run_demo
+def test_a_corrupt_shipped_base_stops_the_demo_in_one_line(tmp_path):
+    from olmo_repo.demo.run import run_demo
 
     base = tmp_path / "base"
-    shutil.copytree(demo_base.BASE_DIR, base)
-    (base / "model.safetensors").write_bytes((demo_base.BASE_DIR / "model.safetensors").read_bytes()[:1000])
-    monkeypatch.setattr(demo_base, "BASE_DIR", base)
-    with pytest.raises(SystemExit) as stopped:
-        run_demo(tmp_path / "demo")
-    message = str(stopped.value.code)
+    shutil.copytree(BASE_DIR, base)
+    (base / "model.safetensors").write_bytes((BASE_DIR / "model.safetensors").read_bytes()[:1000])
+    with pytest.raises(CorruptFileError) as stopped:
+        run_demo(tmp_path / "demo", base_dir=base)
+    message = str(stopped.value)
     assert f"{base / 'model.safetensors'} cannot be read" in message and "make demo-base" in message
     assert "\n" not in message
     assert [p.name for p in (tmp_path / "demo").iterdir()] == [".olmo-repo-demo"]  # nothing half-written

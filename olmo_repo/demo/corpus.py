@@ -13,14 +13,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from .eval import niah
-from .eval.essays import essay_words
-from .eval.niah import TEMPLATE, prepare_niah
+from ..eval import niah
+from ..eval.essays import essay_words
+from ..eval.niah import TEMPLATE, prepare_niah
 
 __all__ = [
     "BATCH",
     "NIAH_VARIANTS",
     "SEQ_LEN",
+    "SPECIALS",
     "SPLIT_WINDOWS",
     "VOCAB",
     "build_corpus",
@@ -34,7 +35,7 @@ SEQ_LEN = 512  # the tiny configs' max_sequence_length: NIAH runs at 512, 1024 (
 VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
 SPECIALS = ("<|endoftext|>", "<|pad|>")
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
-# The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo_base`), not the demo's.
+# The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo.base`), not the demo's.
 SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 300 * BATCH, "val": 4 * BATCH}
 NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
 TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (seed 42) never uses

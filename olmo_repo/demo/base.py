@@ -1,24 +1,29 @@
-"""The tiny base model `make demo` starts from, shipped in the package as `olmo_repo/demo_base/` (HF format,
-bf16, with its tokenizer): the analogue of the pre-trained OLMo-2 checkpoint the official recipe starts from.
+"""The tiny base model `make demo` starts from, shipped in the package as `olmo_repo/demo/base_model/` (HF
+format, bf16, with its tokenizer): the analogue of the pre-trained OLMo-2 checkpoint the official recipe starts
+from.
 
 Why ship it: retrieval (NIAH) needs induction heads, and a tiny model from scratch does not form them within
 a CPU demo's minutes (README, "make demo"). `make demo-base` rebuilds it: the demo's tokenizer, the "base"
-split of the demo corpus (`olmo_repo.demo_corpus`), `configs/tiny-base-rope.yaml` through `scripts/train.py`,
-and the conversion to HF in bf16, with the same seeds and data as the shipped one (51 min of training on 2
-cores). Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
+split of the demo corpus (`olmo_repo.demo.corpus`), `tiny-base-rope.yaml` through `olmo_repo.cli.train`, and
+the conversion to HF in bf16, with the same seeds and data as the shipped one (51 min of training on 2 cores).
+Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-__all__ = ["BASE_DIR", "BASE_STEPS", "base_tokenizer", "build_base"]
+from ..errors import CorruptFileError, RepoError
+from ..hf.convert import convert_to_hf
+from . import BASE_DIR, config_path
+from .corpus import BATCH, SPECIALS, SPLIT_WINDOWS, build_corpus, build_tokenizer
+from .folder import DemoFolder
+from .training import run_training
 
-BASE_DIR = Path(__file__).parent / "demo_base"
-CONFIG = "configs/tiny-base-rope.yaml"
+__all__ = ["BASE_STEPS", "HF_FILES", "base_tokenizer", "build_base"]
+
 BASE_STEPS = 4000  # the config's max_duration
 # What convert_to_hf writes for the base: an existing output folder holding anything else is not ours.
 HF_FILES = {
@@ -32,27 +37,23 @@ HF_FILES = {
 
 def base_tokenizer(base_dir: Path = BASE_DIR) -> PreTrainedTokenizerFast:
     """The base model's tokenizer: the demo corpus is tokenized with it."""
-    from .demo_corpus import SPECIALS
-
     path = base_dir / "tokenizer.json"
     if not path.is_file():
-        sys.exit(f"{path} is missing: reinstall olmo-repo, or rebuild the base model with `make demo-base`")
+        raise CorruptFileError(
+            f"{path} is missing: reinstall olmo-repo, or rebuild the base model with `make demo-base`"
+        )
     return PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=SPECIALS[0], pad_token=SPECIALS[1])
 
 
 def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Path:
     """Build the tokenizer and `steps` x BATCH windows of the corpus's "base" split under `work/data`, train
-    `configs/tiny-base-rope.yaml` for `steps` steps in `work/base-rope`, and write the final checkpoint as HF
-    bf16 to `out` (replaced only once the conversion succeeded). Returns `out`.
+    `tiny-base-rope.yaml` for `steps` steps in `work/base-rope`, and write the final checkpoint as HF bf16 to
+    `out` (replaced only once the conversion succeeded). Returns `out`.
 
     `work` is a `DemoFolder` (new, empty or a previous build's); an `out` holding files that no build wrote is
-    refused, both before any work."""
-    from .demo import DemoFolder, run_training
-    from .demo_corpus import BATCH, SPLIT_WINDOWS, build_corpus, build_tokenizer
-    from .hf.convert import convert_to_hf
-
+    refused (`RepoError`), both before any work."""
     if out.is_dir() and not {p.name for p in out.iterdir()} <= HF_FILES or out.is_file():
-        sys.exit(f"{out} holds files that no base build wrote: pass a new folder as the output")
+        raise RepoError(f"{out} holds files that no base build wrote: pass a new folder as the output")
     folder = DemoFolder(work)
     folder.clear()
     data = folder.entry("data")
@@ -61,7 +62,7 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
     folder.entry("base-rope.log")
     run = run_training(
         "base-rope",
-        CONFIG,
+        config_path("base-rope"),
         folder.entry("base-rope"),
         f"--data_prefix={data}",
         f"--max_duration={steps}",

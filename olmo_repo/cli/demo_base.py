@@ -1,0 +1,54 @@
+"""`make demo-base`: rebuild the tiny base model that `make demo` starts from (olmo_repo/demo/base_model/,
+shipped in the package): its tokenizer and corpus, 4,000 steps of RoPE pre-training on CPU (about 55 min on 2
+cores), and the conversion to HF in bf16. See olmo_repo/demo/base.py for why the demo starts from a shipped
+model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import RepoError
+from . import fail
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("runs/demo-base"),
+        help="folder for the corpus, the training run and its log: a new or empty folder, or a previous "
+        "build's, whose outputs are replaced (default: runs/demo-base in the current directory)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="where the HF model goes (default: olmo_repo/demo/base_model/ in the package, which `make demo` "
+        "uses); a folder holding other files than a previous build's is refused",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps of 8 windows of 512 tokens, and the corpus size to match (default: 4000, the "
+        "config's; fewer for a quick try)",
+    )
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    from ..demo import BASE_DIR
+    from ..demo.base import BASE_STEPS, build_base  # after --help and argument errors: torch takes seconds
+
+    try:
+        build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
+    except RepoError as e:
+        return fail(parser.prog, e)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

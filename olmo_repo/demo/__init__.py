@@ -1,0 +1,31 @@
+"""`make demo` and `make demo-base`, with their package data: the tiny configs (`configs/tiny-*.yaml`) and the
+shipped tiny base model (`base_model/`, HF bf16). Nothing here reads the source tree, so the demo runs from
+a plain (non-editable) install.
+
+Modules, each depending only on those before it:
+
+    folder     DemoFolder: the output folder, whose previous demo outputs a rerun replaces
+    corpus     the offline tokenizer and corpus (RULER NIAH documents, retrieval practice, stories)
+    training   one training run in a subprocess (`python -m olmo_repo.cli.train`), summarised from metrics.jsonl
+    base       make demo-base: rebuild the shipped base model; its tokenizer
+    run        make demo: stage 1, stage 2 with RePo and with RoPE, the table and the report
+
+This module is light (pathlib only): importing a submodule does not load torch through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["BASE_DIR", "CONFIGS_DIR", "config_path"]
+
+BASE_DIR = Path(__file__).resolve().parent / "base_model"
+"""The shipped tiny base model that `make demo` starts from (HF, bf16, with its tokenizer)."""
+
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+"""The demo's training configs, `tiny-{base-rope,stage1-rope,stage2-repo,stage2-rope}.yaml`."""
+
+
+def config_path(name: str) -> Path:
+    """The shipped config `tiny-{name}.yaml` (name: base-rope, stage1-rope, stage2-repo or stage2-rope)."""
+    return CONFIGS_DIR / f"tiny-{name}.yaml"
