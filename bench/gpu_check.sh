@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks of the project in one run: the GPU tests, then the benchmark at the full 1B shape.
 #
-#   bash bench/gpu_check.sh wheels      # here: fetch the packages a bare GPU image lacks into .whl/
+#   bash bench/gpu_check.sh wheels      # on a machine with PyPI: fetch the packages a bare GPU image lacks into .whl/
 #   bash bench/gpu_check.sh             # on the GPU machine (python3 with CUDA torch): install .whl/, run
 #
-# With this workplace's device tool: run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600).
-# About 8 minutes on one H200. FSDP itself runs in the CPU suite (gloo); this run covers what only a GPU has,
+# Copy the repository with .whl/ to the GPU machine in between if it has no PyPI. About 8 minutes on one H200. FSDP itself runs in the CPU suite (gloo); this run covers what only a GPU has,
 # tests/test_train_gpu.py: nccl with FSDP and CUDA autocast (amp_bf16) through scripts/train.py, flash-attn
 # (when the image has it: it is built against the image's torch, so no wheel travels), the bf16 GEMMs of
 # f_phi, torch.compile of the rotation on CUDA; then `bench_repo.py --size gpu-1b --profile`.
@@ -29,7 +28,6 @@ WHEELS=(
 )
 
 if [[ "${1:-}" == "wheels" ]]; then
-  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
   mkdir -p .whl
   platforms=()
   for n in 28 27 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
