@@ -22,8 +22,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from olmo.exceptions import OLMoCheckpointError
-
 from ..errors import CorruptFileError
 from ..tables import markdown_table
 from . import BASE_DIR, config_path
@@ -93,7 +91,7 @@ def run_demo(out: Path = Path("runs/demo"), samples: int = 20, base_dir: Path = 
     tokenizer = base_tokenizer(base_dir)
     try:  # an unsharded checkpoint at step 0, without optimizer state; written only once complete
         base = convert_from_hf(base_dir, folder.entry("base"))
-    except (OSError, OLMoCheckpointError) as e:
+    except (OSError, CorruptFileError) as e:
         raise CorruptFileError(
             f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
         ) from e
