@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..eval import niah
 from ..eval.essays import essay_words
-from ..eval.niah import TEMPLATE, prepare_niah
+from ..upstream.lm_eval import TEMPLATE, prepare_niah
 
 __all__ = [
     "BATCH",
