@@ -58,12 +58,17 @@ _MARGIN = 1.1
 
 @contextlib.contextmanager
 def _seeded(*key: Any):
-    """`random` and numpy's global generator seeded from `key`, lm-eval's prints silenced; restored after."""
+    """`random` and numpy's global generator seeded from `key`, lm-eval's prints and progress bars silenced
+    (vt prints a line per search step); restored after."""
     rng = random.Random("ruler/" + "/".join(map(str, key)))
     numpy_state = np.random.get_state()
     np.random.seed(rng.getrandbits(32))
     try:
-        with seeded_random(rng.getstate()), contextlib.redirect_stdout(io.StringIO()):
+        with (
+            seeded_random(rng.getstate()),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             yield
     finally:
         np.random.set_state(numpy_state)
