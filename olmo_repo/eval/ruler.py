@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +58,15 @@ _MARGIN = 1.1
 
 
 @contextlib.contextmanager
-def _seeded(*key: Any):
-    """`random` and numpy's global generator seeded from `key`, lm-eval's prints and progress bars silenced
-    (vt prints a line per search step); restored after."""
+def _seeded(*key: Any) -> Iterator[None]:
+    """`random`, numpy's global generator and cwe's module generator (`RNG`, which shuffles its word lists)
+    seeded from `key`, lm-eval's prints and progress bars silenced (vt prints a line per search step); the
+    generators' states restored after."""
     rng = random.Random("ruler/" + "/".join(map(str, key)))
-    numpy_state = np.random.get_state()
+    cwe = ruler_module("cwe")
+    numpy_state, cwe_state = np.random.get_state(), cwe.RNG.getstate()
     np.random.seed(rng.getrandbits(32))
+    cwe.RNG.seed(rng.getrandbits(64))
     try:
         with (
             seeded_random(rng.getstate()),
@@ -72,6 +76,7 @@ def _seeded(*key: Any):
             yield
     finally:
         np.random.set_state(numpy_state)
+        cwe.RNG.setstate(cwe_state)
 
 
 def _tokens(tokenizer: PreTrainedTokenizerBase, text: str) -> int:

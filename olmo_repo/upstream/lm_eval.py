@@ -90,6 +90,8 @@ CANARIES = {
     f"{_RULER}.vt_utils.sys_vartrack_w_noise_random": "ec63591efdaa48dd",
     f"{_RULER}.cwe_utils.generate_input_output": "3e9b4261e6ea46a8",
     f"{_RULER}.cwe_utils.sys_word_pair_random": "862851d83a700801",
+    f"{_RULER}.cwe_utils.get_example": "e1a172cb4452a8c7",
+    f"{_RULER}.cwe_utils.RNG": None,  # the module's generator: seeded by olmo_repo.eval.ruler
     f"{_RULER}.fwe_utils.generate_input_output": "309aa64e1932883a",
     f"{_RULER}.fwe_utils.sys_kwext": "fb94f200d8c23f27",
     f"{_RULER}.qa_utils.generate_samples": "68b35827e50f4517",
