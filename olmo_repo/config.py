@@ -145,12 +145,10 @@ def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
         else []
     )
     match = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
-    where = (
-        f"did you mean {prefix}{match[0]}?"
-        if match
-        else f"see {getattr(cause.object_type, '__name__', 'the config')}"
-    )
-    return OLMoConfigurationError(f"{full_key} is not a config key; {where}")
+    if match:
+        return OLMoConfigurationError(f"{full_key} is not a config key; did you mean {prefix}{match[0]}?")
+    owner = getattr(cause.object_type, "__name__", "the config")
+    return OLMoConfigurationError(f"{full_key} is not a config key (not in '{owner}')")
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:
