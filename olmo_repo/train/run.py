@@ -196,6 +196,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
         log.info("Saving config to %s", save_path)
+        save_path.parent.mkdir(parents=True, exist_ok=True)  # preflight checks it, without creating it
         cfg.save(save_path)
     barrier()
 
