@@ -10,6 +10,8 @@ are read from the copy instead.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,7 @@ from olmo.exceptions import OLMoConfigurationError
 from olmo.util import StrEnum
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
+from omegaconf.errors import ConfigKeyError
 
 from . import modes
 
@@ -106,8 +109,14 @@ class RepoTrainConfig(TrainConfig):
         key: str | None = None,
         validate_paths: bool = True,
     ) -> RepoTrainConfig:
-        """OLMo's `load`; then, with `data_prefix` set, data paths under `OLMO_DATA_URL` point into it."""
-        config = super().load(path, overrides, key, validate_paths)
+        """OLMo's `load`; then, with `data_prefix` set, data paths under `OLMO_DATA_URL` point into it.
+
+        An unknown key (in the YAML or an override) raises `OLMoConfigurationError` in one line naming it and
+        the nearest valid key."""
+        try:
+            config = super().load(path, overrides, key, validate_paths)
+        except OLMoConfigurationError as e:
+            raise _unknown_key_error(e) from None
         if config.data_prefix is not None:
             prefix = config.data_prefix.rstrip("/")
             for data in [config.data] + [e.data for e in config.evaluators]:
@@ -120,6 +129,26 @@ class RepoTrainConfig(TrainConfig):
         if om.is_dict(config) and "model" in config:
             config.model = _translate_reference_keys(config.model, prefix="model.")
         return config
+
+
+def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
+    """OLMo re-raises OmegaConf's error for an unknown key as its text (three lines of OmegaConf details):
+    say it in one line with the nearest valid key of that dataclass. Any other error is returned as it is."""
+    cause = error.__context__  # OLMo raises inside its `except OmegaConfBaseException`
+    if not isinstance(cause, ConfigKeyError) or not cause.full_key or not isinstance(cause.key, str):
+        return error
+    full_key, name = str(cause.full_key), cause.key
+    prefix = full_key[: len(full_key) - len(name)] if full_key.endswith(name) else ""
+    fields = (
+        [f.name for f in dataclasses.fields(cause.object_type)]
+        if dataclasses.is_dataclass(cause.object_type)
+        else []
+    )
+    match = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if match:
+        return OLMoConfigurationError(f"{full_key} is not a config key; did you mean {prefix}{match[0]}?")
+    owner = getattr(cause.object_type, "__name__", "the config")
+    return OLMoConfigurationError(f"{full_key} is not a config key (not in '{owner}')")
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:

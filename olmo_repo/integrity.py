@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import CorruptFileError
 
-__all__ = ["checkpoint_problems", "file_problem", "require_intact"]
+__all__ = ["checkpoint_problems", "file_problem", "require_intact", "require_model_dir"]
 
 
 def file_problem(path: str | PathLike) -> str | None:
@@ -57,3 +57,25 @@ def checkpoint_problems(directory: str | PathLike, required: tuple[str, ...] = (
             name = "model.safetensors"
         files.add(directory / name)
     return [f"{f}: {problem}" for f in sorted(files) if (problem := file_problem(f)) is not None]
+
+
+def require_model_dir(path: str | PathLike) -> None:
+    """Check a model the commands load (an HF directory: every *.safetensors; an unsharded OLMo checkpoint:
+    model.pt) before torch loads: FileNotFoundError if it is not there or not a model directory,
+    `CorruptFileError` naming the first damaged file. URLs are left to the loader."""
+    if "://" in str(path):
+        return
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{path}: not a model directory: it does not exist")
+    if (directory / "config.json").is_file():
+        files = sorted(directory.glob("*.safetensors"))
+    elif (directory / "config.yaml").is_file() and (directory / "model.pt").is_file():
+        files = [directory / "model.pt"]
+    else:
+        raise FileNotFoundError(
+            f"{path}: not a model directory; expected a Hugging Face directory (config.json) or an unsharded "
+            "OLMo checkpoint of this project (config.yaml and model.pt)"
+        )
+    for file in files:
+        require_intact(file)

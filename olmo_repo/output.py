@@ -1,7 +1,17 @@
-"""Writing an output folder so that a failure leaves nothing behind: `staged_dir`, `check_distinct`."""
+"""Writing outputs so that a failure leaves nothing behind and an overwrite loses nothing of the user's.
+
+- `staged_dir`: write a folder whole or not at all.
+- `check_replaceable` / `check_replaceable_file`: what `--force` (or `--overwrite`) may replace. A folder is
+  this project's output when every entry in it has a name this project writes (`OUTPUT_NAMES`: an HF
+  conversion, an unsharded checkpoint, an eval's results); anything else in it is the user's, and the
+  overwrite is refused with one line naming those files. Recognising outputs by name (rather than by a
+  marker) also accepts what earlier versions wrote.
+- `check_distinct`: an output is not its own input.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import tempfile
@@ -10,19 +20,112 @@ from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
 
-__all__ = ["check_distinct", "staged_dir"]
+from .errors import RepoError
+
+__all__ = [
+    "OUTPUT_NAMES",
+    "check_distinct",
+    "check_replaceable",
+    "check_replaceable_file",
+    "foreign_entries",
+    "staged_dir",
+]
+
+# Every name this project writes into an output folder (fnmatch patterns, top level only).
+OUTPUT_NAMES = (
+    # an HF directory (convert_to_hf, the demo's base model): transformers' files, the remote code
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "configuration_repo_olmo2.py",
+    "modeling_repo_olmo2.py",
+    "rope.py",
+    "modes.py",
+    # an unsharded OLMo checkpoint (convert_from_hf, unshard)
+    "config.yaml",
+    "model.pt",
+    "optim.pt",
+    "train.pt",
+    # scripts/eval.py's results
+    "results.json",
+    "results.md",
+    "samples.jsonl",
+)
+
+
+def foreign_entries(folder: str | PathLike) -> list[str]:
+    """The names in `folder` that this project does not write (sorted; a sub-folder ends with '/')."""
+    return sorted(
+        entry.name + ("/" if entry.is_dir() else "")
+        for entry in Path(folder).iterdir()
+        if entry.is_dir() or not any(fnmatch.fnmatchcase(entry.name, p) for p in OUTPUT_NAMES)
+    )
+
+
+def check_replaceable(output: str | PathLike, force: bool) -> None:
+    """Raise unless `output` may be (re)written: absent, or with `force` a folder of this project's outputs.
+
+    FileExistsError when it exists without `force`; `RepoError` naming the files that would be lost when it
+    is a file or a folder holding anything else.
+    """
+    output = Path(output)
+    if not output.exists() and not output.is_symlink():
+        return
+    if not force:
+        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+    if not output.is_dir() or output.is_symlink():
+        raise RepoError(
+            f"{output} is a file, not an output folder of this project; --force does not replace it"
+        )
+    if foreign := foreign_entries(output):
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise RepoError(
+            f"{output} holds files this project does not write ({shown}); --force would lose them: move them "
+            "away or choose another output folder"
+        )
+
+
+def check_replaceable_file(output: str | PathLike, force: bool, signature: bytes, kind: str) -> None:
+    """Raise unless the file `output` may be (re)written: absent, or with `force` a file that starts with
+    `signature` (what this project writes there, e.g. a PNG's magic number). `kind` names it in the error."""
+    output = Path(output)
+    if not output.exists() and not output.is_symlink():
+        return
+    if not force:
+        raise FileExistsError(f"{output} exists; pass --force to replace it")
+    if output.is_dir():
+        raise RepoError(f"{output} is a folder; name a {kind} file to write")
+    with open(output, "rb") as f:
+        head = f.read(len(signature))
+    if head != signature:
+        raise RepoError(
+            f"{output} is not a {kind} this project wrote; --force would lose it: move it away or choose "
+            "another file name"
+        )
 
 
 @contextmanager
 def staged_dir(output: str | PathLike, force: bool) -> Iterator[Path]:
-    """Yield a temporary directory beside `output`; on success it replaces `output`, on failure it is removed."""
+    """Yield a temporary directory beside `output`; on success it replaces `output`, on failure it is removed.
+
+    An existing `output` is replaced only with `force` and only if it holds nothing but this project's
+    outputs (`check_replaceable`).
+    """
     output = Path(output)
-    if output.exists() and not force:
-        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+    check_replaceable(output, force)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         yield staging
+        check_replaceable(output, force)  # again: the folder may have changed while the output was written
         _apply_umask(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -45,15 +148,7 @@ def _apply_umask(root: Path) -> None:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _apply_umask(root: Path) -> None:
-    """Give the output the permissions of anything else the user creates: mkdtemp makes the folder 0700, and
-    transformers writes safetensors through a private temporary file (0600), whatever the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in [root, *root.rglob("*")]:
-        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
-
-
 def check_distinct(input: str | PathLike, output: str | PathLike) -> None:
+    """ValueError if `output` is the (local) `input` itself."""
     if "://" not in str(input) and Path(input).resolve() == Path(output).resolve():
         raise ValueError(f"--output {output} is the input directory")

@@ -246,7 +246,7 @@ def test_suite_plan_offline(monkeypatch, tmp_path):
         "repo_niah_single_1",
         "repo_hybridqa",
         "arc_challenge",
-        "ruler_vt",
+        "repo_ruler_vt",
         "longbench_hotpotqa_e",
     } <= set(first_tasks)
     assert set(second_tasks) == set(suite.group_tasks("repo_ruler") + suite.group_tasks("repo_longbench"))

@@ -232,6 +232,9 @@ def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
     out.write_text("mine")
     assert main([str(ckpts.repo), "--export", str(prompt), str(out)]) == 1
     assert out.read_text() == "mine" and "exists; pass --force" in capsys.readouterr().err
+    assert main([str(ckpts.repo), "--export", str(prompt), str(out), "--force"]) == 1  # not a page it wrote
+    assert out.read_text() == "mine" and "not a position explorer page" in capsys.readouterr().err
+    out.write_text(html)
     assert main([str(ckpts.repo), "--export", str(prompt), str(out), "--force"]) == 0
     assert exported_config(out.read_text())["results"][0] == positions
     (tmp_path / "empty.txt").write_text(" \n")

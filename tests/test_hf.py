@@ -507,11 +507,11 @@ def test_existing_output_is_refused_unless_forced(tmp_path, tokenizer_file, caps
     assert convert_to_hf_main(["--input", str(ckpt), "--output", str(out)]) == 1
     assert "exists" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "mine"
-    assert (
-        convert_to_hf_main(["--input", str(ckpt), "--output", str(out), "--force", "--dtype", "bfloat16"])
-        == 0
-    )
-    assert not (out / "keep.txt").exists()
+    force = ["--input", str(ckpt), "--output", str(out), "--force", "--dtype", "bfloat16"]
+    assert convert_to_hf_main(force) == 1  # --force replaces only a folder of this project's outputs
+    assert "keep.txt" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    assert convert_to_hf_main(force) == 0 and convert_to_hf_main(force) == 0  # a previous output is replaced
     hf = AutoModelForCausalLM.from_pretrained(out)
     assert hf.config.dtype == torch.bfloat16 and hf.model.embed_tokens.weight.dtype == torch.bfloat16
     assert convert_from_hf_main(["--input", str(out), "--output", str(ckpt)]) == 1  # the input itself

@@ -165,8 +165,9 @@ def test_unreachable_wandb_fails_with_one_line_and_the_corrected_command_runs(tm
     result = subprocess.run(command, env=offline_machine, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "Starting W&B (online; gives up after 2 s" in result.stdout + result.stderr
-    assert "W&B did not start (" in result.stdout and "set WANDB_MODE=offline" in result.stdout
+    assert "W&B did not start (" in result.stderr and "set WANDB_MODE=offline" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "run").exists()  # the failed start removed the folder it created (and wandb/)
     fixed = subprocess.run(
         train_command(STAGE1, overrides + ["wandb=null"]), env=offline_machine, capture_output=True, text=True
     )

@@ -1,8 +1,9 @@
 """`scripts/eval.py`: evaluate MODEL (an HF directory or an OLMo checkpoint of this project) on RULER NIAH at
 several lengths, or on the paper's suite, with YaRN past the training length.
 
-Every input is checked before any heavy work (the model path, the tasks, that each length fits every NIAH
-variant with the model's tokenizer, `--out`); a bad one stops the run with one line and nothing written.
+Every input is checked before any heavy work (the arguments and the model's files before torch, transformers
+or lm-eval load; then that every task can build its prompts at each length with the model's tokenizer); a bad
+one stops the run with one line and nothing written.
 Outputs in `--out`: `results.json`, `results.md` (the table) and, for NIAH, `samples.jsonl` (every sample's
 answers, output and score). `--overwrite` replaces those files in an existing, non-empty `--out`; nothing
 else there is touched.
@@ -16,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from transformers import AutoConfig, AutoTokenizer
+from ..errors import RepoError
+from ..eval.variants import DTYPE_NAMES, ESSAYS, MAX_NEW_TOKENS, VARIANTS, parse_yarn
+from ..integrity import require_model_dir
+from . import fail
 
-from ..eval import niah, suite
-from ..eval.loading import DTYPES, load_model, parse_yarn, training_length, yarn_factor
-from ..hf.convert import as_hf_dir
-
+# The parser and the checks of the arguments and the model's files use only these light modules: `--help`,
+# a bad flag and a missing model answer before torch, transformers and lm-eval load (seconds).
 OUTPUTS = ("results.json", "results.md", "samples.jsonl")
 
 
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         "--tasks",
         default="niah",
         help="'niah' (the eight RULER NIAH variants the paper reports) or a comma-separated list of variants "
-        f"({', '.join(niah.VARIANTS)}); default: niah",
+        f"({', '.join(VARIANTS)}); default: niah",
     )
     what.add_argument(
         "--suite",
@@ -65,12 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--essays",
-        choices=niah.ESSAYS,
+        choices=ESSAYS,
         default="offline",
         help="essay haystack: 'offline' (generated prose shipped in the package) or 'paul_graham' (RULER's "
         "essays, downloaded by lm-eval: needs a network); default: offline",
     )
-    p.add_argument("--dtype", choices=[*DTYPES, "auto"], default="auto",
+    p.add_argument("--dtype", choices=[*DTYPE_NAMES, "auto"], default="auto",
                    help="weights dtype (default auto: bfloat16 on CUDA, float32 on CPU)")  # fmt: skip
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, samples.jsonl)")
@@ -85,21 +86,21 @@ def _lengths(text: str) -> list[int]:
         lengths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--lengths={text!r}: expected comma-separated integers such as 4096,8192") from None
-    if not lengths or min(lengths) <= niah.MAX_NEW_TOKENS:
+    if not lengths or min(lengths) <= MAX_NEW_TOKENS:
         raise ValueError(
-            f"--lengths={text!r}: every length must exceed the {niah.MAX_NEW_TOKENS} generated tokens"
+            f"--lengths={text!r}: every length must exceed the {MAX_NEW_TOKENS} generated tokens"
         )
     return lengths
 
 
 def _variants(text: str) -> list[str]:
     if text == "niah":
-        return list(niah.VARIANTS)
+        return list(VARIANTS)
     variants = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in niah.VARIANTS]
+    unknown = [v for v in variants if v not in VARIANTS]
     if not variants or unknown:
         raise ValueError(
-            f"--tasks={text!r}: unknown task(s) {', '.join(unknown)}; allowed: niah or any of {', '.join(niah.VARIANTS)}"
+            f"--tasks={text!r}: unknown task(s) {', '.join(unknown)}; allowed: niah or any of {', '.join(VARIANTS)}"
         )
     return variants
 
@@ -115,13 +116,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Validate, evaluate, write the outputs; return the results dict."""
     out = Path(args.out)
     _check_out(out, args.overwrite)
-    yarn = parse_yarn(args.yarn)
-    variants = list(niah.VARIANTS) if args.suite else _variants(args.tasks)
+    variants = list(VARIANTS) if args.suite else _variants(args.tasks)
     lengths = _lengths(args.lengths or ("4096,8192,16384" if args.suite else "4096"))
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples={args.samples}: must be >= 1")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size}: must be >= 1")
+    yarn = parse_yarn(args.yarn)
+    require_model_dir(args.model)  # missing, not a model or a damaged file: before the heavy imports
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    from ..eval import niah, suite
+    from ..eval.loading import load_model, training_length, yarn_factor
+    from ..hf.convert import as_hf_dir
+    from ..upstream import lm_eval
+
+    lm_eval.quiet()  # lm-eval's per-task notes on custom datasets are noise here; its errors still show
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
 
@@ -131,9 +143,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except (OSError, ValueError) as e:
             raise ValueError(f"{args.model}: no tokenizer could be loaded ({e})") from None
         training = training_length(AutoConfig.from_pretrained(hf_dir))
-        for length in lengths:  # a length the tokenizer cannot fill (or fit) stops here, before any weights
-            for variant in variants:
-                niah.niah_samples(tokenizer, variant, length, 1, args.seed, args.essays)
         stages = suite.plan(lengths) if args.suite else [(length, None) for length in lengths]
         refused: list[str] = []
         if args.suite:
@@ -141,8 +150,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             refused = [t for _, tasks in stages for t in tasks if not suite.available(t, online)]
             refused = list(dict.fromkeys(refused))
             stages = [(length, [t for t in tasks if t not in refused]) for length, tasks in stages]
+            # every task at every length, before any weights load: a length a task cannot build stops here
+            suite.check_lengths(tokenizer, stages, args.seed, args.essays)
             if refused:
                 print(suite.refusal(refused), file=sys.stderr)
+        else:
+            # a length the tokenizer cannot fill (or fit) stops here, before any weights
+            for length in lengths:
+                for variant in variants:
+                    niah.niah_samples(tokenizer, variant, length, 1, args.seed, args.essays)
 
         results: dict[str, Any] = {
             "model": str(args.model),
@@ -184,7 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if refused:
             results["refused"] = refused
 
-    table = _table(results)
+    table = _table(results, niah.markdown_table)
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # a previous run's outputs (--overwrite); nothing else in --out is touched
         (out / name).unlink(missing_ok=True)
@@ -193,13 +209,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if records:
         (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     print(table)
+    written = [name for name in OUTPUTS if (out / name).exists()]
+    print(f"wrote {', '.join(str(out / name) for name in written)}")
     return results
 
 
-def _table(results: dict[str, Any]) -> str:
+def _table(results: dict[str, Any], niah_table: Any) -> str:
     head = f"# {results['mode']} on {results['model']}\n\n"
     if results["mode"] == "niah":
-        return head + niah.markdown_table(results["scores"])
+        return head + niah_table(results["scores"])
     scores = results["scores"]
     lengths = sorted({length for row in scores.values() for length in row})
     lines = ["| task | " + " | ".join(map(str, lengths)) + " |", "| --- |" + " ---: |" * len(lengths)]
@@ -217,13 +235,9 @@ def _table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # lm-eval's per-task notes on custom datasets are noise here; its errors still show.
-    from ..upstream import lm_eval
-
-    lm_eval.quiet()
     try:
         run(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"eval.py: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, RepoError) as e:
+        fail("eval.py", e)
         return 2
     return 0

@@ -6,10 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-from huggingface_hub.errors import StrictDataclassError
+from ..errors import RepoError
+from ..integrity import require_model_dir
+from ..output import check_replaceable_file
 
 __all__ = ["main"]
+
+# What an exported page starts with (the template's head up to its title): --force replaces only such a file.
+_PAGE = Path(__file__).resolve().parents[1] / "explore" / "page" / "index.html"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="with --export: replace OUT_HTML if it exists")
     args = parser.parse_args(argv)
+    if args.max_tokens < 1:
+        parser.error(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    try:  # the models' files, before torch loads (seconds)
+        for path in filter(None, (args.model, args.model2)):
+            require_model_dir(path)
+    except (OSError, RepoError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     try:  # the `explore` extra
         from ..explore.app import create_app, export_html, listen, serve
         from ..explore.model import ExplorerModel
@@ -62,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    if args.max_tokens < 1:
-        parser.error(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    import torch
+    from huggingface_hub.errors import StrictDataclassError
+
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:  # everything that can fail on the user's input, before the models load or anything is written
         if args.export:
@@ -71,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")  # an editor's final newline
             if not prompt.strip():
                 raise ValueError(f"{prompt_file} is empty; write the prompt into it")
-            if out.exists() and not args.force:
-                raise FileExistsError(f"{out} exists; pass --force to replace it")
+            signature = _PAGE.read_bytes().split(b"</title>")[0]
+            check_replaceable_file(out, args.force, signature, "position explorer page")
         else:
             try:
                 sock = listen(args.port)
@@ -91,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.export:
             print(f"wrote {export_html(models, prompt, out)}")
             return 0
-    except (OSError, ValueError, KeyError, RuntimeError, StrictDataclassError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, StrictDataclassError, RepoError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     host, port = sock.getsockname()

@@ -6,9 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
+from ..errors import RepoError
+from ..integrity import require_model_dir
+from ..output import check_replaceable_file
 
 __all__ = ["main"]
+
+_PNG = b"\x89PNG\r\n\x1a\n"  # every PNG file starts with it: --force replaces only a PNG
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     parser.add_argument(
         "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
+        default=None,
         help="torch device to run the model on (default: cuda if available, else cpu)",
     )
     return parser
@@ -51,14 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except (FileExistsError, FileNotFoundError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError, RepoError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.out.exists() and not args.force:
-        raise FileExistsError(f"{args.out} exists; pass --force to replace it")
+    check_replaceable_file(args.out, args.force, _PNG, "PNG")
     if args.out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out}: the plot is a PNG; name the file *.png")
     if args.max_tokens < 1:
@@ -66,8 +69,10 @@ def _run(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else _read_text(args.text_file)
     if not text:
         raise ValueError("the text is empty")
+    require_model_dir(args.model)  # missing, not a model or a damaged file: before torch loads
 
     # Heavy imports only once the arguments are valid, so that a bad flag fails at once.
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
@@ -77,7 +82,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..hf.convert import as_hf_dir
 
     with as_hf_dir(args.model) as hf_dir:
-        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(args.device)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(device)
         tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     positions, tokens = text_positions(model, tokenizer, text, args.max_tokens)
     layer = min(positions) if args.layer is None else args.layer

@@ -29,9 +29,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    from olmo.exceptions import OLMoError
+
     from ..train.run import train
 
-    train(argv[0], argv[1:])
+    try:
+        train(argv[0], argv[1:])
+    except OLMoError as e:  # a config or checkpoint problem: its message, not a traceback
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

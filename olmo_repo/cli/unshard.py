@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import RepoError
 from . import fail
 
 __all__ = ["main"]
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     patch_torch_for_olmo()  # train.pt holds paths and numpy RNG state
     try:
         out = unshard_checkpoint(args.input, args.output, force=args.force, model_only=args.model_only)
-    except (OSError, ValueError, OLMoError) as e:
+    except (OSError, ValueError, OLMoError, RepoError) as e:
         return fail("unshard.py", e)
     print(f"wrote {out}")
     return 0

@@ -21,6 +21,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from olmo_repo.hf.convert import DTYPES
 
+from .variants import parse_yarn  # light: the command checks --yarn before importing this module
+
 __all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor"]
 
 
@@ -28,19 +30,6 @@ def training_length(config: PretrainedConfig) -> int:
     """The context length the model was trained at."""
     rope = getattr(config, "rope_parameters", None) or {}
     return int(rope.get("original_max_position_embeddings") or config.max_position_embeddings)
-
-
-def parse_yarn(value: str) -> str | float:
-    """`auto`, `off` or a factor > 1 (the `--yarn` flag); raises ValueError naming the flag."""
-    if value in ("auto", "off"):
-        return value
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = 0.0
-    if not factor > 1.0:
-        raise ValueError(f"--yarn={value!r}: allowed auto, off or a factor > 1 (e.g. 2)")
-    return factor
 
 
 def yarn_factor(length: int, training: int, yarn: str | float = "auto") -> float | None:

@@ -55,6 +55,7 @@ from ..upstream.lm_eval import (
     seeded_random,
 )
 from .essays import essay_words
+from .variants import ESSAYS, MAX_NEW_TOKENS, VARIANTS, Variant
 
 __all__ = [
     "ESSAYS",
@@ -70,37 +71,7 @@ __all__ = [
     "score",
 ]
 
-MAX_NEW_TOKENS = 128  # RULER's tokens_to_generate: part of the target length
-ESSAYS = ("offline", "paul_graham")
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One RULER NIAH setting: the keyword arguments lm-eval's `niah_utils` passes to `generate_samples`."""
-
-    haystack: str  # repeat | essay | needle
-    key: str  # words | numbers | uuids
-    value: str
-    num_keys: int = 1  # needles with distinct keys (the others are distractors)
-    num_values: int = 1  # values per key
-    num_queries: int = 1  # keys asked for
-
-    @property
-    def needles(self) -> int:
-        return max(self.num_keys, self.num_queries) * self.num_values
-
-
-VARIANTS: dict[str, Variant] = {
-    "niah_single_1": Variant("repeat", "words", "numbers"),
-    "niah_single_2": Variant("essay", "words", "numbers"),
-    "niah_single_3": Variant("essay", "words", "uuids"),
-    "niah_multikey_1": Variant("essay", "words", "numbers", num_keys=4),
-    "niah_multikey_2": Variant("needle", "words", "numbers"),
-    "niah_multikey_3": Variant("needle", "uuids", "uuids"),
-    "niah_multivalue": Variant("essay", "words", "numbers", num_values=4),
-    "niah_multiquery": Variant("essay", "words", "numbers", num_queries=4),
-}
 
 
 @dataclass(frozen=True)
@@ -245,8 +216,9 @@ def niah_samples(
 
         if draft(spec.needles)[4] > budget:
             raise ValueError(
-                f"{variant}: length {length} is too short: the prompt with the smallest haystack takes "
-                f"{draft(spec.needles)[4]} tokens, plus {MAX_NEW_TOKENS} to generate"
+                f"{variant}: length {length} is too short; the shortest it can build is about "
+                f"{draft(spec.needles)[4] + MAX_NEW_TOKENS} tokens (the prompt with the smallest haystack takes "
+                f"{draft(spec.needles)[4]}, plus {MAX_NEW_TOKENS} to generate)"
             )
         units = _largest(lambda u, draft=draft: draft(u)[4] <= budget, spec.needles, hi, units)
         if spec.haystack == "essay" and units == hi:

@@ -5,7 +5,8 @@ Groups (their task lists are the yaml files; `group_tasks(name)` reads them):
 - `repo_niah`: the eight RULER NIAH variants (noisy context), offline.
 - `repo_hybridqa`: HybridQA (structured data), exact match; this project's task (lm-eval has none).
 - `repo_olmes`: the general short-context tasks (the OLMES core set), lm-eval's versions.
-- `repo_ruler`: RULER (NIAH offline; variable tracking, common and frequent words offline; two QA tasks).
+- `repo_ruler`: RULER (NIAH offline; variable tracking, common and frequent words offline; two QA tasks), the
+  non-NIAH tasks through `olmo_repo.eval.ruler` (lm-eval's generators, bounded by the sample count).
 - `repo_longbench`: LongBench-E, English QA, few-shot and summarization tasks.
 
 `plan(lengths)`: every group at the first length (the training length, 4096 for the paper), RULER and LongBench
@@ -26,12 +27,14 @@ from huggingface_hub import constants
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..upstream.lm_eval import load_yaml
-from .niah import TASKS_DIR, VARIANTS
+from . import ruler
+from .niah import ESSAYS, TASKS_DIR, VARIANTS, niah_samples
 
 __all__ = [
     "DOWNLOADS",
     "GROUPS",
     "available",
+    "check_lengths",
     "group_tasks",
     "main_metric",
     "network",
@@ -47,11 +50,7 @@ _LONGBENCH = "Xnhyacinth/LongBench"
 # What each task downloads: a Hub data set ("org/name"), another source (words), or None (offline).
 DOWNLOADS: dict[str, str | None] = {
     **{f"repo_{v}": None for v in VARIANTS},
-    "ruler_vt": None,
-    "ruler_cwe": None,
-    "ruler_fwe": None,
-    "ruler_qa_squad": "the SQuAD v2 dev set (RULER QA)",
-    "ruler_qa_hotpot": "the HotpotQA dev set (RULER QA)",
+    **{task: spec.download for task, spec in ruler.TASKS.items()},
     **{
         f"longbench_{name}_e": _LONGBENCH
         for name in (
@@ -95,6 +94,23 @@ def plan(lengths: list[int]) -> list[tuple[int, list[str]]]:
         tasks = [task for group in (GROUPS if i == 0 else LONG_GROUPS) for task in group_tasks(group)]
         stages.append((length, list(dict.fromkeys(tasks))))
     return stages
+
+
+def check_lengths(
+    tokenizer: PreTrainedTokenizerBase,
+    stages: list[tuple[int, list[str]]],
+    seed: int = 42,
+    essays: str = ESSAYS[0],
+) -> None:
+    """Before anything runs: every task of every stage can build its prompts at its length with `tokenizer`.
+    ValueError, in one line naming the task and the shortest length it can build, for the first that cannot.
+    (Tasks without a generator of their own, lm-eval's OLMES and LongBench, truncate to the length.)"""
+    for length, tasks in stages:
+        for task in tasks:
+            if task.removeprefix("repo_") in VARIANTS:
+                niah_samples(tokenizer, task.removeprefix("repo_"), length, 1, seed, essays)
+            elif task in ruler.TASKS:
+                ruler.check_length(task, tokenizer, length, seed)
 
 
 def network(timeout: float = 3.0) -> bool:

@@ -40,7 +40,7 @@ from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTra
 
 from ..config import RepoModelConfig, RepoTrainConfig
 from ..integrity import require_intact
-from ..output import check_distinct, staged_dir
+from ..output import check_distinct, check_replaceable, staged_dir
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
 from . import DTYPES
@@ -160,8 +160,7 @@ def convert_to_hf(
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
     check_distinct(input, output)
-    if Path(output).exists() and not force:
-        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+    check_replaceable(output, force)  # before any heavy work
     torch_dtype = DTYPES[dtype] if dtype else None
     if "://" not in str(input) and (Path(input) / "config.json").is_file():
         return _reference_to_hf(Path(input), Path(output), force, torch_dtype, tokenizer)
@@ -217,8 +216,7 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
     """
     input = Path(input)
     check_distinct(input, output)
-    if Path(output).exists() and not force:
-        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+    check_replaceable(output, force)  # before any heavy work
     hf_config = read_hf_config(input)
     vocab_size = None
     if (input / "tokenizer.json").is_file():

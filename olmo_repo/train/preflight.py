@@ -4,7 +4,10 @@ problem and what to change, and nothing is written to `save_folder` first."""
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -19,6 +22,7 @@ from olmo.config import (
 )
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 from olmo.torch_util import (
+    get_global_rank,
     get_local_world_size,
 )
 from olmo.util import (
@@ -172,9 +176,14 @@ def _check_save_folders(cfg: TrainConfig) -> list[str]:
             f"save_folder={cfg.save_folder} is a URL, but OLMo writes checkpoints to a local folder first: "
             "pass a local --save_folder and put the URL in --remote_save_folder (uploads go there)"
         ]
+    # Writable where it will be created, without creating it: a failed check leaves no empty folder behind.
+    existing = Path(cfg.save_folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        Path(cfg.save_folder).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=cfg.save_folder):
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(existing))
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
         return [
@@ -193,6 +202,20 @@ def _check_save_folders(cfg: TrainConfig) -> list[str]:
                 "and AWS_ENDPOINT_URL"
             ]
     return []
+
+
+@contextmanager
+def removed_if_failed(save_folder: PathOrStr) -> Iterator[None]:
+    """Remove `save_folder` if this start created it and fails before its first checkpoint: what it wrote
+    there (config.yaml, wandb/, data order files) belongs to a run that never started."""
+    folder = Path(save_folder)
+    created = not is_url(str(save_folder)) and not folder.exists()
+    try:
+        yield
+    except BaseException:
+        if created and folder.is_dir() and not any(folder.glob("step*")) and get_global_rank() == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def check_load_path_files(cfg: TrainConfig) -> None:

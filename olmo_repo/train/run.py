@@ -7,6 +7,7 @@ import copy
 import gzip
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,7 +50,7 @@ from ..config import RepoTrainConfig
 from ..registry import build_model
 from ..upstream import wandb as wandb_upstream
 from ..upstream.torch import patch_torch_for_olmo
-from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight
+from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .run_folder import (
     check_resumed_config,
     decided_on_rank0,
@@ -94,6 +95,7 @@ def _start_wandb(cfg: TrainConfig) -> None:
     line saying how to train without reaching W&B."""
     assert cfg.wandb is not None
     wandb_dir = Path(cfg.save_folder) / "wandb"
+    created = not wandb_dir.exists()
     wandb_dir.mkdir(parents=True, exist_ok=True)
     timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", 90))
     mode = os.environ.get("WANDB_MODE", "online")
@@ -110,6 +112,8 @@ def _start_wandb(cfg: TrainConfig) -> None:
             settings=wandb.Settings(init_timeout=timeout),
         )
     except wandb.errors.Error as e:
+        if created:  # a failed start leaves no wandb/ behind
+            shutil.rmtree(wandb_dir, ignore_errors=True)
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise OLMoConfigurationError(
             f"W&B did not start ({reason}): on a machine without network set WANDB_MODE=offline (upload later "
@@ -192,6 +196,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
         log.info("Saving config to %s", save_path)
+        save_path.parent.mkdir(parents=True, exist_ok=True)  # preflight checks it, without creating it
         cfg.save(save_path)
     barrier()
 
@@ -290,7 +295,10 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
     Returns whether the run stopped on SIGUSR1 before its end (with a checkpoint to resume from).
     """
     preflight(cfg, cuda=device.type == "cuda", world_size=get_world_size())
-    with build_trainer(cfg, device) as trainer:
+    # A start that fails before its first checkpoint leaves no save_folder behind (if it created it).
+    with removed_if_failed(cfg.save_folder):
+        trainer = build_trainer(cfg, device)
+    with trainer:
         if cfg.dry_run:
             log.info("Dry run complete")
         elif _finished(trainer):

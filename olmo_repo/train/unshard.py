@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from tqdm import tqdm
 
 from ..config import RepoTrainConfig
-from ..output import check_distinct, staged_dir
+from ..output import check_distinct, check_replaceable, staged_dir
 from .stage1 import check_stage1_state_dict, clean_param_name
 
 __all__ = ["unshard_checkpoint"]
@@ -79,8 +79,7 @@ def unshard_checkpoint(
     command does it). Raises FileExistsError, FileNotFoundError or ValueError with one line naming the problem.
     """
     check_distinct(input, output)
-    if Path(output).exists() and not force:
-        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+    check_replaceable(output, force)  # before any heavy work
     _check_input(input)
     config_path = resource_path(input, "config.yaml")
     cfg = RepoTrainConfig.load(config_path, validate_paths=False)

@@ -10,6 +10,10 @@ What lm-eval lacks as public API, and so is taken from its internals here:
   it from a given state and gives the caller's state back.
 - `load_yaml` of the private `lm_eval.tasks._yaml_loader` reads a task YAML without resolving its `!function`s.
 - `quiet()`: lm-eval logs a note per task and per request batch at INFO; reports set it to ERROR.
+- RULER's other generators (`ruler_module("vt" | "cwe" | "fwe" | "qa")`: `vt_utils`, `cwe_utils`, `fwe_utils`,
+  `qa_utils`), whose `sys_*` / `generate_samples` take a sample count that lm-eval's tasks fix at 500, and
+  whose vt and cwe searches loop forever below their smallest prompt: `olmo_repo.eval.ruler` calls them with
+  `num_samples` and only at lengths it has checked. `CANARIES` pins what it relies on (loops, sizes, fields).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import logging
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from .nltk import use_offline_punkt
@@ -36,13 +42,16 @@ from lm_eval.tasks.ruler.common_utils import (  # noqa: E402
 from lm_eval.tasks.ruler.niah_utils import TEMPLATE  # noqa: E402
 
 __all__ = [
+    "CANARIES",
     "TEMPLATE",
     "load_yaml",
     "maybe_delimit",
     "metadata_tokenizer",
     "prepare_niah",
     "quiet",
+    "ruler_module",
     "ruler_score",
+    "ruler_score_part",
     "seeded_random",
 ]
 
@@ -71,3 +80,35 @@ def metadata_tokenizer(metadata: dict[str, Any]) -> Any:
 def quiet() -> None:
     """lm-eval's loggers at ERROR: its per-task and per-batch INFO notes drown a report."""
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
+
+
+_RULER = "lm_eval.tasks.ruler"
+# Source hashes (`olmo_repo.upstream.source_hash`) of the RULER generators `olmo_repo.eval.ruler` calls: their
+# sizing loops (where they stop, and where they loop forever) are what its minimum lengths are computed from.
+CANARIES = {
+    f"{_RULER}.vt_utils.generate_input_output": "0be252b7968b7401",
+    f"{_RULER}.vt_utils.sys_vartrack_w_noise_random": "ec63591efdaa48dd",
+    f"{_RULER}.cwe_utils.generate_input_output": "3e9b4261e6ea46a8",
+    f"{_RULER}.cwe_utils.sys_word_pair_random": "862851d83a700801",
+    f"{_RULER}.cwe_utils.get_example": "e1a172cb4452a8c7",
+    f"{_RULER}.cwe_utils.RNG": None,  # the module's generator: seeded by olmo_repo.eval.ruler
+    f"{_RULER}.fwe_utils.generate_input_output": "309aa64e1932883a",
+    f"{_RULER}.fwe_utils.sys_kwext": "fb94f200d8c23f27",
+    f"{_RULER}.qa_utils.generate_samples": "68b35827e50f4517",
+    f"{_RULER}.qa_utils.read_squad": "6102836c0937c400",
+    f"{_RULER}.qa_utils.read_hotpotqa": "faa7c679008cecc0",
+    f"{_RULER}.common_utils.string_match_part": "7ea977fc810af43e",
+}
+
+
+def ruler_module(name: str) -> ModuleType:
+    """RULER's `{name}_utils` module of lm-eval (vt, cwe, fwe, qa), imported on first use (cwe reads
+    wonderwords' word lists, fwe imports scipy)."""
+    return import_module(f"{_RULER}.{name}_utils")
+
+
+def ruler_score_part(prediction: str, answers: list[str]) -> float:
+    """RULER's QA score for one sample: 1 if any of `answers` is in `prediction` (case-insensitive)."""
+    from lm_eval.tasks.ruler.common_utils import string_match_part
+
+    return string_match_part(postprocess_pred([prediction]), [answers])

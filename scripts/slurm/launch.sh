@@ -11,6 +11,11 @@
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 NPROC_PER_NODE CONFIG [--key=value ...]" >&2; exit 2; }
 [ -f scripts/train.py ] || { echo "$0: run from the repository root (submit with sbatch from there)" >&2; exit 2; }
+[ -n "${SLURM_JOB_ID:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ] && [ -n "${SLURM_NNODES:-}" ] || {
+  echo "$0: runs inside a SLURM job (needs SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_NNODES): submit it with" \
+    "sbatch scripts/slurm/*.sbatch; to train without SLURM run scripts/train.py CONFIG" >&2
+  exit 2
+}
 nproc=$1 config=$2
 shift 2
 [ -z "${SAVE_FOLDER:-}" ] || set -- "--save_folder=$SAVE_FOLDER" "$@"

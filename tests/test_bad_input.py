@@ -1,0 +1,260 @@
+"""Bad input gives one line, no traceback, and loses nothing of the user's: overwrites of folders and files
+that are not this project's outputs, truncated weights in every command that loads a model, lengths a suite
+task cannot build (and the generators bounded by the sample count), misspelled config keys, a failed
+training pre-check, launch.sh outside a SLURM job, and a missing model answered before the heavy imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from olmo.exceptions import OLMoConfigurationError
+from olmo_data import get_data_path
+from transformers import Olmo2Config, PreTrainedTokenizerFast
+
+from olmo_repo.cli.convert_to_hf import main as convert_to_hf_main
+from olmo_repo.cli.eval import main as eval_main
+from olmo_repo.cli.explore import main as explore_main
+from olmo_repo.cli.plot_positions import main as plot_main
+from olmo_repo.errors import RepoError
+from olmo_repo.eval import ruler, suite
+from olmo_repo.output import check_replaceable, staged_dir
+
+from .conftest import make_checkpoint
+from .training import STAGE1, small
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "olmo", "lm_eval")
+
+
+def one_error_line(err: str) -> str:
+    """The one error line of a command's stderr (progress bars aside); fails on a traceback."""
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+# --------------------------------------------------------------------------------- overwrites lose nothing
+
+
+def test_force_replaces_only_a_folder_of_this_projects_outputs(tmp_path):
+    ours = tmp_path / "ckpt"
+    ours.mkdir()
+    for name in ("config.yaml", "model.pt", "train.pt"):
+        (ours / name).write_text("old")
+    check_replaceable(ours, force=True)  # a previous output: replaced
+    with staged_dir(ours, force=True) as staging:
+        (staging / "model.pt").write_text("new")
+    assert [p.name for p in ours.iterdir()] == ["model.pt"]
+
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "model.pt").write_text("x")
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(RepoError, match=r"holds files this project does not write \(notes.txt, sub/\)"):
+        with staged_dir(mine, force=True):
+            pass
+    with pytest.raises(FileExistsError, match="--force"):
+        check_replaceable(mine, force=False)
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(RepoError, match="is a file"):
+        check_replaceable(tmp_path / "file", force=True)
+    assert (mine / "notes.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "file", "mine"]  # nothing staged is left
+
+
+def test_convert_force_refuses_a_folder_with_the_users_files(tmp_path, tokenizer_file, capsys):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="nope")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    assert convert_to_hf_main(["--input", str(ckpt), "--output", str(out), "--force"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "thesis.tex" in line and "--force would lose them" in line
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_plot_force_refuses_a_file_that_is_not_a_png(tmp_path, capsys):
+    out = tmp_path / "plot.png"
+    out.write_text("my notes")
+    args = [str(tmp_path / "missing"), "--text", "x", "--out", str(out), "--force"]
+    assert plot_main(args) == 1
+    assert "is not a PNG this project wrote" in one_error_line(capsys.readouterr().err)
+    assert out.read_text() == "my notes"
+
+
+def test_explore_export_force_refuses_a_page_it_did_not_write(tmp_path, tokenizer_file, capsys):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    prompt, out = tmp_path / "prompt.txt", tmp_path / "page.html"
+    prompt.write_text("The code is 512.")
+    out.write_text("<html>my page</html>")
+    assert explore_main([str(ckpt), "--export", str(prompt), str(out), "--force"]) == 1
+    assert "is not a position explorer page" in one_error_line(capsys.readouterr().err)
+    assert out.read_text() == "<html>my page</html>"
+
+
+# ------------------------------------------------------------------------------ damaged weights, one line
+
+
+def _truncated_checkpoint(path: Path) -> Path:
+    path.mkdir()
+    (path / "config.yaml").write_text("model: {}\n")
+    with zipfile.ZipFile(path / "model.pt", "w") as archive:  # torch.save files are zip archives
+        archive.writestr("archive/data/0", os.urandom(4096))
+    data = (path / "model.pt").read_bytes()
+    (path / "model.pt").write_bytes(data[: len(data) // 2])
+    return path / "model.pt"
+
+
+def _truncated_hf_dir(path: Path) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [256], "data_offsets": [0, 1024]}}).encode()
+    (path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 100)
+    return path / "model.safetensors"
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "hf"])
+def test_truncated_weights_are_named_by_every_command_that_loads_a_model(tmp_path, kind, capsys):
+    damaged = (_truncated_checkpoint if kind == "checkpoint" else _truncated_hf_dir)(tmp_path / "model")
+    model = str(tmp_path / "model")
+    (tmp_path / "prompt.txt").write_text("text")
+    commands = {
+        "eval": lambda: eval_main([model, "--out", str(tmp_path / "out")]),
+        "explore": lambda: explore_main([model, "--export", str(tmp_path / "prompt.txt"), str(tmp_path / "p.html")]),
+        "plot_positions": lambda: plot_main([model, "--text", "x", "--out", str(tmp_path / "p.png")]),
+    }  # fmt: skip
+    for name, command in commands.items():
+        assert command() != 0, name
+        line = one_error_line(capsys.readouterr().err)
+        assert str(damaged) in line and "truncated" in line, (name, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "prompt.txt"]  # nothing written
+
+
+def test_eval_on_a_missing_model_answers_before_the_heavy_imports(tmp_path):
+    code = (
+        "import sys\nfrom olmo_repo.cli.eval import main\n"
+        f"code = main([{str(tmp_path / 'nowhere')!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+        f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.stdout.split("\n")[-2] == "2 []", result.stdout + result.stderr
+    assert (
+        result.stderr == f"eval.py: error: {tmp_path / 'nowhere'}: not a model directory: it does not exist\n"
+    )
+
+
+# ----------------------------------------------------------------------- suite lengths, bounded generators
+
+
+@pytest.fixture(scope="module")
+def dolma2_dir(tmp_path_factory) -> Path:
+    """A folder with the dolma2 tokenizer (what the official configs use) and a tiny Olmo2 config.json; no
+    weights: the length checks come before any weights load."""
+    path = tmp_path_factory.mktemp("dolma2")
+    with get_data_path("tokenizers/allenai_dolma2.json") as file:
+        PreTrainedTokenizerFast(tokenizer_file=str(file), eos_token="<|endoftext|>").save_pretrained(path)
+    Olmo2Config(
+        vocab_size=100278, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=4096,
+    ).save_pretrained(path)  # fmt: skip
+    return path
+
+
+def test_suite_refuses_a_length_a_task_cannot_build_at_once(dolma2_dir, tmp_path, capsys):
+    """The issue's command: `--suite paper --lengths 512 --samples 2` looped in lm-eval's vt generator."""
+    start = time.monotonic()
+    out = tmp_path / "out"
+    args = [str(dolma2_dir), "--suite", "paper", "--lengths", "512", "--samples", "2", "--out", str(out)]
+    assert eval_main(args) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "repo_ruler_vt: length 512 is too short; the shortest it can build is" in line, line
+    assert time.monotonic() - start < 60 and not out.exists()
+
+
+def test_ruler_tasks_build_exactly_the_samples_asked_for_at_their_shortest_length(dolma2_dir):
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(dolma2_dir)
+    for task in ("repo_ruler_vt", "repo_ruler_cwe", "repo_ruler_fwe"):
+        shortest = ruler.min_length(task, tokenizer, 1024)
+        with pytest.raises(ValueError, match=f"{task}: length {shortest - 1} is too short; the shortest it can build is {shortest}"):  # fmt: skip
+            suite.check_lengths(tokenizer, [(shortest - 1, [task])])
+        docs = ruler.dataset(task, tokenizer=str(dolma2_dir), max_seq_lengths=[shortest, 1024], num_samples=3)
+        docs = docs["test"]
+        assert [d["max_length"] for d in docs] == [shortest] * 3 + [1024] * 3, task
+        assert all(d["length"] <= d["max_length"] for d in docs) and all(d["outputs"] for d in docs), task
+        again = ruler.dataset(task, tokenizer=str(dolma2_dir), max_seq_lengths=[1024], num_samples=3)["test"]
+        assert again["input"] == docs["input"][3:], task  # seeded: the same prompts on every run
+
+
+def test_a_task_whose_example_alone_does_not_fit_is_refused(tokenizer_file):
+    """A byte-level tokenizer: vt's in-context example never fits lm-eval's 500 tokens (it would loop)."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file))
+    assert ruler.min_length("repo_ruler_vt", tokenizer) is None
+    with pytest.raises(ValueError, match="repo_ruler_vt: cannot be built with this tokenizer at any length"):
+        suite.check_lengths(tokenizer, [(100_000, ["repo_ruler_vt"])])
+
+
+# ----------------------------------------------------------------------------------- training, SLURM
+
+
+def test_a_misspelled_config_key_names_the_nearest_one(tmp_path):
+    from olmo_repo import RepoTrainConfig
+
+    with pytest.raises(OLMoConfigurationError) as error:
+        RepoTrainConfig.load(STAGE1, ["model.pe_mdoe=repo"], validate_paths=False)
+    assert str(error.value) == "model.pe_mdoe is not a config key; did you mean model.pe_mode?"
+    config = tmp_path / "typo.yaml"
+    config.write_text(STAGE1.read_text().replace("save_folder:", "save_foldr:", 1))
+    assert "save_foldr" in config.read_text()
+    with pytest.raises(OLMoConfigurationError, match=r"^save_foldr is not a config key; did you mean save_folder\?$"):  # fmt: skip
+        RepoTrainConfig.load(config, validate_paths=False)
+
+
+def test_train_command_says_a_misspelled_key_in_one_line(tmp_path):
+    env = {**os.environ, "OLMo_NONINTERACTIVE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "scripts/train.py"), str(STAGE1), "--model.pe_mdoe=repo"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        "train.py: error: model.pe_mdoe is not a config key; did you mean model.pe_mode?\n" in result.stderr
+    ), result.stderr
+
+
+def test_a_failed_precheck_leaves_no_save_folder(tmp_path):
+    from olmo_repo import RepoTrainConfig
+    from olmo_repo.train.preflight import preflight, removed_if_failed
+
+    save_folder = tmp_path / "runs" / "x"
+    cfg = RepoTrainConfig.load(STAGE1, small(tmp_path / "no-data", save_folder))
+    with pytest.raises(OLMoConfigurationError, match="data file"):
+        preflight(cfg, cuda=False, world_size=1)
+    assert not (tmp_path / "runs").exists()
+
+    # A start that fails before its first checkpoint removes the folder it created, and only that one.
+    with pytest.raises(RuntimeError), removed_if_failed(save_folder):
+        (save_folder / "wandb").mkdir(parents=True)
+        (save_folder / "config.yaml").write_text("x")
+        raise RuntimeError("W&B did not start")
+    assert not save_folder.exists()
+    save_folder.mkdir(parents=True)
+    with pytest.raises(RuntimeError), removed_if_failed(save_folder):
+        (save_folder / "config.yaml").write_text("x")
+        raise RuntimeError("later")
+    assert (save_folder / "config.yaml").exists()  # the user's folder: kept
+
+
+def test_launch_outside_a_slurm_job_says_what_it_needs():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run(
+        ["bash", "scripts/slurm/launch.sh", "1", "configs/official-1B-repo.yaml"],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.count("\n") == 1 and "SLURM_JOB_ID" in result.stderr and "sbatch" in result.stderr
