@@ -29,8 +29,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    from ..eval.inloop import install
     from ..train.run import train
 
+    install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)
     train(argv[0], argv[1:])
     return 0
 
