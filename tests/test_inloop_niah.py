@@ -197,8 +197,9 @@ SHARDED = ("niah_single_1", "niah_multikey_1", "niah_multivalue")
 def _eval_metrics(cmd: list[str], save: Path) -> dict[str, float]:
     result = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (record,) = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
-    return {k: v for k, v in record.items() if k.startswith("eval/")}
+    records = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in records} == {0} and len(records) == len(SHARDED)  # one line per evaluator
+    return {k: v for r in records for k, v in r.items() if k.startswith("eval/")}
 
 
 def test_sharded_over_ranks_equals_one_process_under_ddp_and_fsdp(data, tmp_path):
