@@ -66,13 +66,13 @@ CANARIES = {
     "olmo.model.OLMo._make_state_dict_compatible": "b01163ab254d1c0f",
     "olmo.train.Trainer.fit": "4b584d30c8bfb201",
     "olmo.train.Trainer.close": "2831541caa2efac5",
-    "olmo_repo.upstream.olmo.STOCK_EVALUATOR_BUILD": None,  # olmo.eval.build_evaluator before the routing
-    "olmo.eval.build_evaluators": None,
-    "olmo.eval.evaluator.Evaluator": None,
-    "olmo.train.Trainer.eval": None,
-    "olmo.train.Trainer.eval_step": None,
-    "olmo.train.Trainer.eval_batch": None,
-    "olmo.train.Trainer.model_forward": None,
+    "olmo_repo.upstream.olmo.STOCK_EVALUATOR_BUILD": "9b11634fa98a18dd",  # olmo.eval.build_evaluator before the routing
+    "olmo.eval.build_evaluators": "5b913672aac0a1c4",
+    "olmo.eval.evaluator.Evaluator": "34e5e05307c9ffcd",
+    "olmo.train.Trainer.eval": "0d5e997d7defd624",
+    "olmo.train.Trainer.eval_step": "a9b417655dc033f9",
+    "olmo.train.Trainer.eval_batch": "4b85d88f8cea9452",
+    "olmo.train.Trainer.model_forward": "94274a85de63985d",
 }
 
 KVCache = tuple[Tensor, Tensor]
