@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from olmo.exceptions import OLMoError
 
+    from ..eval.inloop import install
     from ..train.run import train
 
+    install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)
     try:
         train(argv[0], argv[1:])
     except OLMoError as e:  # a config or checkpoint problem: its message, not a traceback

@@ -181,6 +181,10 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
         if cfg.save_num_unsharded_checkpoints_to_keep == 0:
             cfg.save_num_unsharded_checkpoints_to_keep = cfg.save_num_checkpoints_to_keep
 
+    # Evaluators first: a bad entry is refused before the config is saved, W&B starts and the data loader and
+    # model are built (olmo_repo.eval.inloop builds its NIAH prompts here).
+    evaluators = build_evaluators(cfg, device)
+
     resume_from = latest_checkpoint(cfg)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
@@ -208,7 +212,6 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     loader_cfg = copy.copy(cfg)
     loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
     train_loader = build_train_dataloader(loader_cfg)
-    evaluators = build_evaluators(cfg, device)
     barrier()
 
     log.info("Building model...")

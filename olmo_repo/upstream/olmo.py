@@ -16,6 +16,15 @@ What OLMo lacks, and what this module does about it:
 - `olmo.train.fused_loss_fn` is None without flash-attn: `fused_loss_available()`.
 - The trainer (`olmo_repo.train.trainer.RepoTrainer`) relies on `Trainer.fit` asking `check_if_cancelled`
   every `cfg.canceled_check_interval` steps, and on `Trainer.close` calling `wandb.finish(quiet=True)`.
+- No extension point for evaluators beyond `label_to_task_map` (whose tasks get only the tokenizer, and whose
+  metric is one `ICLMetric` number named `eval/downstream/{label}_{type}`). `build_evaluators` looks up the
+  module global `olmo.eval.build_evaluator` once per config: `route_evaluator_build(build)` replaces it
+  (idempotently); `STOCK_EVALUATOR_BUILD` is the original. The in-loop NIAH evaluator
+  (`olmo_repo.eval.inloop`) subclasses `Evaluator` and relies on `Trainer.eval`'s protocol: per evaluator
+  `reset_metrics()`, every batch of `eval_loader` (`len` and `iter`; `subset_num_batches` caps them),
+  `eval_step` -> `eval_batch` -> `model_forward` (reads `input_ids` and the optional mask/bias keys only,
+  so extra batch keys ride along) -> `update_metrics(batch, ce_loss, logits [B, T, V])`, then
+  `compute_metrics()` to the console (and `metrics.jsonl`) and W&B.
 
 `CANARIES` holds the source hashes of everything above at ai2-olmo 0.6.0 (`tests/test_upstream.py`).
 """
@@ -25,21 +34,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import olmo.eval
 import olmo.train
 import torch
-from olmo.config import ModelConfig
+from olmo.config import EvaluatorConfig, ModelConfig, TrainConfig
+from olmo.eval import Evaluator
 from olmo.model import BufferCache, OLMo, OLMoBlock
+from olmo.tokenizer import Tokenizer
 from torch import Tensor
 
 __all__ = [
     "CANARIES",
     "STOCK_BLOCK_BUILD",
+    "STOCK_EVALUATOR_BUILD",
     "BiasAndPositions",
     "attend",
     "fused_loss_available",
     "heads",
     "make_state_dict_compatible",
     "route_block_build",
+    "route_evaluator_build",
 ]
 
 VERSION = "0.6.0"
@@ -52,6 +66,13 @@ CANARIES = {
     "olmo.model.OLMo._make_state_dict_compatible": "b01163ab254d1c0f",
     "olmo.train.Trainer.fit": "4b584d30c8bfb201",
     "olmo.train.Trainer.close": "2831541caa2efac5",
+    "olmo_repo.upstream.olmo.STOCK_EVALUATOR_BUILD": "9b11634fa98a18dd",  # olmo.eval.build_evaluator before the routing
+    "olmo.eval.build_evaluators": "5b913672aac0a1c4",
+    "olmo.eval.evaluator.Evaluator": "34e5e05307c9ffcd",
+    "olmo.train.Trainer.eval": "0d5e997d7defd624",
+    "olmo.train.Trainer.eval_step": "a9b417655dc033f9",
+    "olmo.train.Trainer.eval_batch": "4b85d88f8cea9452",
+    "olmo.train.Trainer.model_forward": "94274a85de63985d",
 }
 
 KVCache = tuple[Tensor, Tensor]
@@ -64,6 +85,17 @@ def route_block_build(build: Build) -> None:
     """Make `OLMoBlock.build` call `build` (idempotent)."""
     if OLMoBlock.__dict__["build"].__func__ is not build:
         OLMoBlock.build = classmethod(build)  # type: ignore[method-assign,assignment]
+
+
+EvaluatorBuild = Callable[[TrainConfig, EvaluatorConfig, Tokenizer, torch.device], Evaluator]
+
+STOCK_EVALUATOR_BUILD: EvaluatorBuild = olmo.eval.build_evaluator
+
+
+def route_evaluator_build(build: EvaluatorBuild) -> None:
+    """Make OLMo's `build_evaluators` call `build` for every evaluator config (idempotent); `build` hands the
+    configs it does not claim to `STOCK_EVALUATOR_BUILD`."""
+    olmo.eval.build_evaluator = build
 
 
 class BiasAndPositions(NamedTuple):
