@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olmo.aliases import PathOrStr
-from olmo.config import BlockType, DataConfig, ModelConfig, TrainConfig
+from olmo.config import BlockType, DataConfig, EvaluatorConfig, ModelConfig, TrainConfig
 from olmo.exceptions import OLMoConfigurationError
 from olmo.util import StrEnum
 from omegaconf import DictConfig
@@ -25,7 +25,14 @@ from omegaconf.errors import ConfigKeyError
 
 from . import modes
 
-__all__ = ["PositionMode", "RepoModelConfig", "RepoTrainConfig", "layer_modes", "repo_layer_ids"]
+__all__ = [
+    "PositionMode",
+    "RepoEvaluatorConfig",
+    "RepoModelConfig",
+    "RepoTrainConfig",
+    "layer_modes",
+    "repo_layer_ids",
+]
 
 OLMO_DATA_URL = "http://olmo-data.org"
 """Where the released OLMo-2 configs (and so the official ones here) read their data from."""
@@ -91,11 +98,23 @@ def repo_layer_ids(config: ModelConfig) -> list[int]:
 
 
 @dataclass
+class RepoEvaluatorConfig(EvaluatorConfig):
+    """OLMo's `EvaluatorConfig` plus the prompt count of the in-loop NIAH evaluators."""
+
+    prompts: int | None = None
+    """`niah_*` evaluators (`olmo_repo.eval.inloop`) only: prompts per evaluation (null: its default, 100)."""
+
+
+@dataclass
 class RepoTrainConfig(TrainConfig):
-    """OLMo's `TrainConfig` with a `RepoModelConfig` and the reference fork's `data_prefix`."""
+    """OLMo's `TrainConfig` with a `RepoModelConfig`, `RepoEvaluatorConfig`s and the reference fork's
+    `data_prefix`."""
 
     model: RepoModelConfig = field(default_factory=RepoModelConfig)
     """The model, with the RePo keys."""
+
+    evaluators: list[RepoEvaluatorConfig] = field(default_factory=list)  # type: ignore[assignment]
+    """In-loop evaluators: OLMo's, and the NIAH ones (`label: niah_*`, `olmo_repo.eval.inloop`)."""
 
     data_prefix: str | None = None
     """A local copy of http://olmo-data.org: `${data_prefix}` in data paths (the reference configs), and

@@ -1,6 +1,6 @@
 """`make demo`: build a tiny corpus offline, continue the shipped tiny base model with RoPE on CPU, then with
-RePo and with RoPE through `olmo_repo.cli.train`, print a table and write report.md (see README.md, "make
-demo")."""
+RoPE, RePo and NoPE through `olmo_repo.cli.train`, print a table and write report.md as each part is ready (see
+README.md, "make demo"). A rerun resumes an interrupted demo and skips what finished with the same inputs."""
 
 from __future__ import annotations
 
@@ -21,15 +21,30 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path("runs/demo"),
         metavar="OUT_DIR",
-        help="folder for the demo's outputs (corpus, three runs, their logs, the report): a new or empty "
-        "folder, or a previous demo's, whose outputs are replaced while other files in it stay (default: "
-        "runs/demo in the current directory)",
+        help="folder for the demo's outputs (corpus, five runs, their logs, the report): a new or empty "
+        "folder, or a previous demo's, which is resumed (finished stages with unchanged inputs are skipped) "
+        "while other files in it stay (default: runs/demo in the current directory)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=10,
+        help="NIAH prompts per variant and length in the report's evaluation (default: 10)",
+    )
+    parser.add_argument(
+        "--procs",
+        type=int,
+        default=2,
+        help="training processes per run, one thread each (default: 2, torchrun's layout; 1: one process "
+        "with torch's default threads)",
     )
     args = parser.parse_args(argv)
+    if args.samples < 1 or args.procs < 1:
+        parser.error("--samples and --procs must be at least 1")
     from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
 
     try:
-        run_demo(args.out_dir)
+        run_demo(args.out_dir, samples=args.samples, procs=args.procs)
     except RepoError as e:
         return fail(parser.prog, e)
     return 0

@@ -20,7 +20,7 @@ from ..hf.convert import convert_to_hf
 from . import BASE_DIR, config_path
 from .corpus import BATCH, SPECIALS, SPLIT_WINDOWS, build_corpus, build_tokenizer
 from .folder import DemoFolder
-from .training import run_training
+from .training import run_training, summarise
 
 __all__ = ["BASE_STEPS", "HF_FILES", "base_tokenizer", "build_base"]
 
@@ -60,7 +60,7 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
     print(f"Building the tokenizer and the base corpus under {data}...", flush=True)
     build_corpus(data, build_tokenizer(), {"base": steps * BATCH, "val": SPLIT_WINDOWS["val"]})
     folder.entry("base-rope.log")
-    run = run_training(
+    wall = run_training(
         "base-rope",
         config_path("base-rope"),
         folder.entry("base-rope"),
@@ -68,6 +68,7 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
         f"--max_duration={steps}",
         f"--stop_at={steps}",
     )
+    run = summarise("base-rope", folder.path / "base-rope", wall)
     convert_to_hf(run.checkpoint, out, force=True, dtype="bfloat16")
     print(
         f"Base model: {run.steps} steps, final loss {run.last_loss:.3f}, {run.wall_s:.0f} s of training -> {out}"

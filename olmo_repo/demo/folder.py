@@ -1,4 +1,5 @@
-"""The demo's output folder: a rerun replaces exactly what a previous demo wrote, and nothing a user put there."""
+"""The demo's output folder: a rerun resumes or replaces exactly what a previous demo wrote, and nothing a user
+put there."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class DemoFolder:
     work."""
 
     MARKER = ".olmo-repo-demo"
+    STAGES = "stages.json"  # {stage: {"inputs": digest, "done": bool, "wall_s": float}}
 
     def __init__(self, path: Path):
         self.path, marker = path, path / self.MARKER
@@ -35,14 +37,49 @@ class DemoFolder:
 
     def clear(self) -> None:
         """Remove what a previous demo wrote here; everything else in the folder stays."""
-        for name in self.entries:
+        self.remove(*self.entries)
+        self.entries = []
+        self._save()
+
+    def remove(self, *names: str) -> None:
+        """Remove entries of a previous demo (their names must be the demo's: `entry()`)."""
+        for name in names:
             target = self.path / name
+            if name not in self.entries:
+                continue
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:
                 target.unlink(missing_ok=True)
-        self.entries = []
-        self._save()
+
+    def stage(self, name: str, inputs: str, outputs: list[str]) -> str:
+        """Where stage `name` stands for these `inputs` (a digest of everything it reads): "done" (finished
+        with them: skip it), "resume" (started with them: its outputs hold a partial result to continue), or
+        "new" (never started, or with other inputs: its `outputs`, entries of a previous demo, are removed)."""
+        record = self._stages().get(name)
+        if record is not None and record["inputs"] == inputs:
+            return "done" if record["done"] else "resume"
+        self.remove(*outputs)
+        self._record(name, {"inputs": inputs, "done": False})
+        return "new"
+
+    def finish(self, name: str, **facts: float) -> None:
+        """Mark stage `name` finished (with `facts` to recall on a rerun that skips it, e.g. its wall time)."""
+        self._record(name, {**self._stages()[name], **facts, "done": True})
+
+    def facts(self, name: str) -> dict:
+        """What `finish` recorded for stage `name`."""
+        return self._stages()[name]
+
+    def _stages(self) -> dict[str, dict]:
+        path = self.path / self.STAGES
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _record(self, name: str, record: dict) -> None:
+        stages = {**self._stages(), name: record}
+        staged = self.entry(self.STAGES + ".tmp")
+        staged.write_text(json.dumps(stages, indent=1))
+        staged.replace(self.entry(self.STAGES))
 
     def entry(self, name: str) -> Path:
         """`path / name`, recorded as the demo's before anything is written to it."""

@@ -7,9 +7,11 @@ A config names it like any other in-loop evaluator, one entry per variant (`olmo
         type: downstream
       - label: niah_single_1@2048       # at 2048 tokens (at most model.max_sequence_length)
         type: downstream
+        prompts: 20                     # default: PROMPTS
 
-The prompts are `niah.niah_samples(tokenizer, variant, length, PROMPTS, seed)` with the run's tokenizer
-(`data.seed` of the entry overrides RULER's seed 42): the same prompts as `scripts/eval.py`, built once at
+The prompts are `niah.niah_samples(tokenizer, variant, length, prompts, seed)` with the run's tokenizer; the
+entry's `prompts` key (`olmo_repo.config.RepoEvaluatorConfig`) sets their number (default `PROMPTS`), its
+`data.seed` overrides RULER's seed 42: the same prompts as `scripts/eval.py`, built once at
 start, with no draw from any global RNG. No generation: each prompt is read once with its gold answer
 appended (teacher forcing), padded on the right to `length` tokens (static shapes; causal attention makes the
 padding invisible to the tokens before it). The answer is RULER's gold values, " v1, v2, ..." in RULER's
@@ -261,9 +263,13 @@ def build_niah_evaluator(
         raise OLMoConfigurationError(
             f"{key}.label: {label!r} asks for {length} tokens, past model.max_sequence_length ({max_len})"
         )
+    prompts = getattr(eval_config, "prompts", None) or prompts  # RepoEvaluatorConfig.prompts
+    if prompts < 1:
+        raise OLMoConfigurationError(f"{key}.prompts={prompts}: a NIAH evaluator needs at least one prompt")
     if eval_config.subset_num_batches is not None:
         raise OLMoConfigurationError(
-            f"{key}.subset_num_batches: NIAH evaluator {label!r} reads all its {prompts} prompts; remove the key"
+            f"{key}.subset_num_batches: NIAH evaluator {label!r} reads all its {prompts} prompts; set "
+            f"{key}.prompts instead"
         )
     seed = eval_config.data.seed if eval_config.data.seed is not None else SEED
     hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer.base_tokenizer)
@@ -294,6 +300,10 @@ def build_evaluator(
     """OLMo's `build_evaluator` with `niah_*` labels built here (see `install`)."""
     if eval_config.label.startswith(PREFIX):
         return build_niah_evaluator(train_config, eval_config, tokenizer, device, prompts)
+    if getattr(eval_config, "prompts", None) is not None:
+        raise OLMoConfigurationError(
+            f"{_key(train_config, eval_config)}.prompts: only NIAH evaluators (label: niah_*) take prompts"
+        )
     return STOCK_EVALUATOR_BUILD(train_config, eval_config, tokenizer, device)
 
 

@@ -6,6 +6,7 @@
 - `plot_pattern_shares`: constant / monotonic / hybrid shares per layer
 - `plot_attention_mass`: attention mass on needle / query / other tokens per layer, per model
 - `plot_niah_accuracy`: NIAH score against context length, per model
+- `plot_niah_curves`: in-loop NIAH score against the training step, per model and group of variants
 
 Each takes the result of the matching analysis function and a path, writes the PNG (creating its folder) and
 returns the path.
@@ -28,6 +29,7 @@ from .positions import PATTERNS
 __all__ = [
     "plot_attention_mass",
     "plot_niah_accuracy",
+    "plot_niah_curves",
     "plot_pattern_shares",
     "plot_positions",
     "plot_span_heatmap",
@@ -208,4 +210,38 @@ def plot_niah_accuracy(scores: Mapping[str, Mapping[int, float]], path: PathLike
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "needle in a haystack against context length")
+    return _save(fig, path)
+
+
+def plot_niah_curves(
+    curves: Mapping[str, Mapping[str, Mapping[int, float]]],
+    path: PathLike,
+    *,
+    baseline: Mapping[str, float] | None = None,
+    start: int | None = None,
+    ylabel: str = "NIAH exact match (%)",
+    title: str = "",
+) -> Path:
+    """In-loop NIAH scores against the training step: one panel per group of variants ({group: {model: {step:
+    score in [0, 1]}}), one line per model. `baseline` ({group: score}) is drawn as a dashed line (e.g. the
+    model training started from), `start` as a dotted vertical line (e.g. where a new stage began)."""
+    if not curves or not all(curves.values()):
+        raise ValueError("no curves to plot")
+    fig, axes = _figure(5.5 * len(curves), 4.0, ncols=len(curves))
+    for ax, (group, by_model) in zip(axes, curves.items()):
+        for model, by_step in by_model.items():
+            steps = sorted(by_step)
+            ax.plot(steps, [100 * by_step[s] for s in steps], marker="o", markersize=4, label=model)
+        if baseline is not None and group in baseline:
+            ax.axhline(100 * baseline[group], color="grey", linestyle="--", linewidth=1, label="base model")
+        if start is not None:
+            ax.axvline(start, color="grey", linestyle=":", linewidth=1)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(group)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
     return _save(fig, path)

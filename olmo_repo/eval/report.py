@@ -12,7 +12,8 @@
 - training cost: parameters and 6 N D FLOPs of the models' configs for a token count (`olmo_repo.flops`)
 
 Sections the caller measured itself (e.g. a training table) go in first through `preamble`. The report is
-written to `report.md.tmp` and renamed, so a failed evaluation leaves no half report.
+rewritten (through `report.md.tmp`, renamed) as each section is ready: an interrupted evaluation leaves the
+sections before it, never a half-written file.
 """
 
 from __future__ import annotations
@@ -54,29 +55,46 @@ def niah_scores(
 
 
 def _niah_markdown(
-    scores: Mapping[str, Mapping[str, Mapping[int, float]]], training: int, figures: Path
+    scores: Mapping[str, Mapping[str, Mapping[int, float]]],
+    training: int,
+    figures: Path,
+    groups: Mapping[str, Sequence[str]],
 ) -> str:
     lengths = sorted({n for by_variant in scores.values() for row in by_variant.values() for n in row})
-    average = {
-        name: {n: sum(row[n] for row in by_variant.values()) / len(by_variant) for n in lengths}
-        for name, by_variant in scores.items()
-    }
     header = [
         "model",
         *(f"{n}" + (f" (YaRN x{yarn_factor(n, training):g})" if n > training else "") for n in lengths),
     ]
-    rows = [[name, *(f"{100 * by_length[n]:.1f}" for n in lengths)] for name, by_length in average.items()]
-    figure = plots.plot_niah_accuracy(
-        average, figures / "niah.png", title="NIAH (RULER) against context length"
-    )
+    tables, figure_links = [], []
+    for group, variants in groups.items():
+        average = {
+            name: {n: sum(by_variant[v][n] for v in variants) / len(variants) for n in lengths}
+            for name, by_variant in scores.items()
+        }
+        rows = [
+            [name, *(f"{100 * by_length[n]:.1f}" for n in lengths)] for name, by_length in average.items()
+        ]
+        named = f" ({group})" if len(groups) > 1 else ""
+        figure = plots.plot_niah_accuracy(
+            average,
+            figures / f"niah{'-' + group.replace(' ', '-') if len(groups) > 1 else ''}.png",
+            title=f"NIAH (RULER) against context length{named}",
+        )
+        tables.append(
+            f"Average over {'the ' + group + ' variants ' if len(groups) > 1 else 'the variants '}"
+            f"{', '.join(variants)}:\n\n{markdown_table(header, rows)}\n"
+        )
+        figure_links.append(f"![NIAH{named}]({figures.name}/{figure.name})")
     per_variant = "".join(
         f"\n<details><summary>{name}, per variant</summary>\n\n{niah.markdown_table(by_variant)}\n</details>\n"
         for name, by_variant in scores.items()
     )
     return (
-        f"Average over the variants {', '.join(next(iter(scores.values())))} (percent of gold values found in "
-        f"the greedy output; training length {training}):\n\n{markdown_table(header, rows)}\n{per_variant}\n"
-        f"![NIAH]({figures.name}/{figure.name})\n"
+        f"Percent of gold values found in the greedy output (training length {training}).\n\n"
+        + "\n".join(tables)
+        + f"{per_variant}\n"
+        + " ".join(figure_links)
+        + "\n"
     )
 
 
@@ -104,13 +122,15 @@ def write_report(
     title: str = "RePo report",
     preamble: str = "",
     variants: Sequence[str] = ("niah_single_1", "niah_single_2", "niah_multikey_2"),
+    groups: Mapping[str, Sequence[str]] | None = None,
     samples: int = 20,
     tokens: int | None = None,
     seed: int = 42,
 ) -> Path:
     """Evaluate `models` ({name: HF directory}, the same training length) and write the Markdown file `report`,
-    its PNG figures in `figures/` beside it; returns `report`. `tokens`: the token count of the FLOPs table (none:
-    no table)."""
+    its PNG figures in `figures/` beside it; returns `report`. `groups` ({name: variants}) averages NIAH per
+    group (default: one group, `variants`). `tokens`: the token count of the FLOPs table (none: no table). The
+    file is rewritten as each section is ready, so an interrupted evaluation leaves the sections before it."""
     report = Path(report)
     figures = report.parent / "figures"
     trained = {training_length(read_hf_config(d)) for d in models.values()}
@@ -119,10 +139,18 @@ def write_report(
             f"the models were trained at different lengths {sorted(trained)}; compare like with like"
         )
     length = trained.pop()
-    sections = [f"# {title}\n", preamble]
+    groups = groups or {"all": list(variants)}
+    variants = [v for group in groups.values() for v in group]
+    sections = [f"# {title}\n" if title else "", preamble]
+
+    def write(section: str) -> None:
+        sections.append(section)
+        staged = report.with_name(report.name + ".tmp")
+        staged.write_text("\n".join(s.rstrip() + "\n" for s in sections if s))
+        staged.replace(report)
 
     scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-    sections.append(f"## Needle in a haystack\n\n{_niah_markdown(scores, length, figures)}")
+    write(f"## Needle in a haystack\n\n{_niah_markdown(scores, length, figures, groups)}")
 
     loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
     tokenizer = next(iter(loaded.values()))[1]
@@ -132,19 +160,15 @@ def write_report(
         for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
     ]
     attention = attention_section(loaded, prompts, figures, links_from=report.parent)
-    sections.append(f"## Attention mass\n\n{attention.markdown}")
+    write(f"## Attention mass\n\n{attention.markdown}")
 
     texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
     span_lengths = [length // 8, length // 4, length // 2, length]
     for name, (model, tok) in loaded.items():
         if repo_layer_ids(model.config):
             section = positions_section(name, model, tok, texts, span_lengths, figures, report.parent)
-            sections.append(f"## Learned positions: {name}\n\n{section.markdown}")
+            write(f"## Learned positions: {name}\n\n{section.markdown}")
 
     if tokens is not None:
-        sections.append(f"## Training cost\n\n{_flops_markdown(models, tokens)}")
-
-    staged = report.with_name(report.name + ".tmp")
-    staged.write_text("\n".join(s.rstrip() + "\n" for s in sections if s))
-    staged.replace(report)
+        write(f"## Training cost\n\n{_flops_markdown(models, tokens)}")
     return report

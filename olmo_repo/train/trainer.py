@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import wandb
 from olmo.aliases import PathOrStr
 from olmo.config import (
     CheckpointType,
@@ -47,6 +48,7 @@ class RepoTrainer(Trainer):
     - after every step the ranks agree whether rank 0 got SIGUSR1 (`STOP_REQUESTED`); if so, OLMo's cancel
       path ends the run at this step, `stopped_on_signal` is set, and `fit` makes sure a checkpoint of this
       step exists (OLMo's path writes none under DDP without `save_interval_unsharded`);
+    - `eval_on_load` also evaluates a checkpoint loaded at step 0 (stock: only past step 0), before training;
     - `close` finishes W&B without the `quiet` argument that current wandb lacks.
     """
 
@@ -90,6 +92,13 @@ class RepoTrainer(Trainer):
         return metrics
 
     def fit(self) -> None:
+        # Stock `eval_on_load` evaluates a loaded checkpoint only past step 0; a checkpoint converted from a
+        # pre-trained model (train.pt at step 0) is where a continual pre-training starts, and its score is the
+        # baseline of every later one.
+        if self.cfg.load_path is not None and self.global_step == 0 and self.cfg.eval_on_load:
+            metrics = self.eval()
+            if wandb.run is not None:
+                wandb.log(metrics, step=0)
         super().fit()
         if self.stopped_on_signal and self.global_step not in (
             self.last_sharded_checkpoint_step,
