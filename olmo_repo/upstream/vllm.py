@@ -7,6 +7,8 @@ modules and states only the delta. Internals used here:
 
 - `OlmoHybridAttention`, `OlmoHybridMLP` (`vllm.model_executor.models.olmo_hybrid`): the Olmo2 attention and
   MLP. Their constructors read only the Olmo2 keys of `hf_config`.
+- `cleanup_dist_env_and_memory` (`vllm.distributed.parallel_state`): what vLLM's own tests call between two
+  engines in one process (tests and the benchmark start several).
 - `MODELS_CONFIG_MAP` / `VerifyAndUpdateConfig` (`vllm.model_executor.models.config`): per-architecture hooks
   that vLLM runs while it builds `ModelConfig` in the calling process, before any engine or worker starts;
   the plugin adds one so that a checkpoint vLLM cannot run is refused there.
@@ -21,6 +23,7 @@ import hashlib
 import inspect
 
 from vllm.config import ModelConfig
+from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
 from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybridMLP
 
@@ -30,6 +33,7 @@ __all__ = [
     "Olmo2Attention",
     "Olmo2MLP",
     "VerifyAndUpdateConfig",
+    "cleanup_dist_env_and_memory",
     "register_config_check",
     "source_hashes",
 ]
@@ -55,9 +59,10 @@ def source_hashes() -> dict[str, str]:
         # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
         "ModelConfig._try_verify_and_update_model_config": ModelConfig._try_verify_and_update_model_config,
     }
-    return {name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16] for name, obj in objects.items()}
-
-
+    return {
+        name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+        for name, obj in objects.items()
+    }
 
 
 # What `source_hashes()` gives on vllm==0.32.0; a difference means the upstream code changed.

@@ -80,7 +80,9 @@ def save(
     return model
 
 
-def save_reference(path: Path, pe_config: dict[str, Any], *, seed: int = 0, **overrides: Any) -> torch.nn.Module:
+def save_reference(
+    path: Path, pe_config: dict[str, Any], *, seed: int = 0, **overrides: Any
+) -> torch.nn.Module:
     """The reference implementation's format: an `olmo2` config.json with `pe_config`, RePo weights under
     `self_attn`; the HF model is this project's, built from the translated config."""
     config = RepoOlmo2Config.from_dict(
@@ -90,7 +92,8 @@ def save_reference(path: Path, pe_config: dict[str, Any], *, seed: int = 0, **ov
     _randomise(model, 0.25, seed)
     path.mkdir(parents=True)
     raw = Olmo2Config(**{**BASE, **overrides}).to_dict()
-    (path / "config.json").write_text(json.dumps({**raw, "pe_config": pe_config}, indent=2))
+    raw.update(architectures=["Olmo2ForCausalLM"], pe_config=pe_config)
+    (path / "config.json").write_text(json.dumps(raw, indent=2))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path / "model.safetensors")
     tokenizer().save_pretrained(path)
     return model.eval()
