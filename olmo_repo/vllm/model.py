@@ -7,7 +7,7 @@ it natively up to 0.31, and as `transformers.models.olmo2` computes it):
 - `nope` layers: no rotation.
 - `repo` layers: f_phi (`olmo_repo.rope.f_phi`) predicts one position per head and token from the layer's
   input x, the packed hidden states [num_tokens, d] of every sequence in the batch, in fp32; q and k
-  [num_tokens, heads, d_head] are rotated by them (`olmo_repo.rope.rotate_qk`, fp32 angles) after the q/k
+  [num_tokens, heads, d_head] are rotated by them (`olmo_repo.rope.rotate_qk`'s math, fp32 angles) after the q/k
   norms, with the inverse frequencies and attention factor of transformers' `Olmo2RotaryEmbedding` for the
   config (default, linear or YaRN), exactly as `olmo_repo.hf` does. A token's positions depend only on its
   own hidden state, so keys enter the paged KV cache already rotated and prefix caching and chunked prefill
@@ -36,7 +36,7 @@ from vllm.model_executor.models.utils import (
     maybe_prefix,
 )
 
-from ..rope import f_phi, rotate_qk
+from ..rope import _rotate_forward, f_phi
 from ..upstream.vllm import Olmo2Attention, Olmo2MLP
 from .config import repo_config
 
@@ -84,12 +84,11 @@ class RepoOlmo2Attention(Olmo2Attention):
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self._apply_qk_norm(q, k)  # [T, H * d_head]
         n = q.shape[0]
-        q, k = rotate_qk(
-            q.view(n, self.num_heads, self.head_dim),
-            k.view(n, self.num_kv_heads, self.head_dim),
+        # rotate_qk's forward math without its autograd wrapper, which torch.compile (vLLM's) cannot trace
+        q, k = _rotate_forward(
             self.predict_positions(hidden_states),
             self.inv_freq.float(),
-            compiled=False,  # vLLM compiles the whole model when it compiles
+            [q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)],
         )  # [T, H, d_head]
         if self.attention_scaling != 1.0:  # YaRN's attention factor, as the RoPE layers apply it
             q, k = q * self.attention_scaling, k * self.attention_scaling

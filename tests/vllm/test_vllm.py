@@ -215,3 +215,64 @@ def test_unrunnable_checkpoints_are_refused_at_load_with_one_line(tmp_path, case
     lines = [line for line in str(info.value).splitlines() if message in line]
     assert len(lines) == 1, str(info.value)
     assert len(lines[0]) < 400, lines[0]
+
+
+def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path):
+    """`scripts/eval.py --backend vllm` vs `--backend hf` on a tiny RePo model: the same NIAH prompts (lm-eval,
+    both backends), YaRN from the training length (256) to 640, the same greedy outputs, so the same scores."""
+    from olmo_repo.eval import cli
+
+    tiny.save(tmp_path / "m", pe_mode="repo", pe_start_layer=1, max_position_embeddings=256)
+    results = {}
+    for backend in ("hf", "vllm"):
+        out = tmp_path / backend
+        args = [str(tmp_path / "m"), "--tasks", "niah_single_1,niah_single_2", "--lengths", "640"]
+        # batch 1: HF's left-padded batches round differently from unpadded ones, and a random model's
+        # 128-token greedy continuations meet near-ties
+        args += ["--samples", "2", "--dtype", "float32", "--batch-size", "1", "--backend", backend]
+        assert cli.main([*args, "--out", str(out)]) == 0
+        results[backend] = json.loads((out / "results.json").read_text())
+        # vLLM's detokenizer holds back a trailing incomplete UTF-8 character (the byte-level tokenizer of a
+        # random model ends on one often), HF's decodes it as U+FFFD: compare the text before it
+        samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+        results[backend]["outputs"] = [{**s, "output": s["output"].rstrip("\ufffd")} for s in samples]
+    hf, vllm = results["hf"], results["vllm"]
+    assert hf["lengths"]["640"]["rope_parameters"]["rope_type"] == "yarn"
+    assert vllm["lengths"] == hf["lengths"]
+    assert vllm["outputs"] == hf["outputs"] and len(hf["outputs"]) == 4
+    assert vllm["scores"] == hf["scores"]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tensor_parallel_shards_reproduce_tp1(tp):
+    """TP > 1 (not run here: one 2-core CPU machine): each rank loads its heads' rows of final_map through the
+    model's weight loader, predicts its heads' positions and rotates its heads; stacked, that is TP=1 (to fp32 rounding)."""
+    from types import SimpleNamespace
+
+    from olmo_repo.rope import _rotate_forward, f_phi, inv_frequencies
+    from olmo_repo.vllm.model import RepoOlmo2Attention
+
+    gen = torch.Generator().manual_seed(0)
+    T, d, H, hd = 7, 128, 4, 32
+    x = torch.randn(T, d, generator=gen)
+    gate, content = torch.randn(d // 8, d, generator=gen), torch.randn(d // 8, d, generator=gen)
+    final = torch.randn(H, d // 8, generator=gen)
+    q, k = torch.randn(T, H, hd, generator=gen), torch.randn(T, H, hd, generator=gen)
+    inv_freq = inv_frequencies(hd, 500_000.0)
+
+    def attention_inputs(final_rows: torch.Tensor, heads: slice) -> list[torch.Tensor]:
+        z = f_phi(x.unsqueeze(0), gate, content, final_rows)[0].t()  # [T, H / tp], as the model computes it
+        return _rotate_forward(z, inv_freq, [q[:, heads], k[:, heads]])
+
+    full = attention_inputs(final, slice(None))
+    shards = []
+    for rank in range(tp):
+        rows = torch.empty(H // tp, d // 8)
+        RepoOlmo2Attention._load_final_map(SimpleNamespace(tp_rank=rank), rows, final)
+        shards.append(attention_inputs(rows, slice(rank * H // tp, (rank + 1) * H // tp)))
+    # A GEMM with fewer output rows may sum in another order: the positions agree to eps * (d/8 terms) * |z|,
+    # and so do the angles; the rotated vectors to that times their size.
+    z = f_phi(x.unsqueeze(0), gate, content, final)
+    bound = 4 * torch.finfo(torch.float32).eps * (d // 8) * z.abs().max().item() * q.abs().max().item()
+    for i in range(2):  # q, k
+        assert (torch.cat([s[i] for s in shards], dim=1) - full[i]).abs().max().item() <= bound
