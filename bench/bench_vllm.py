@@ -98,7 +98,7 @@ def write_models(root: Path, shape: dict, dtype: torch.dtype) -> tuple[Path, Pat
     return paths[0], paths[1]
 
 
-def measure(path: Path, size: dict) -> dict[str, float]:
+def measure(path: Path, size: dict, eager: bool = False) -> dict[str, float]:
     """Tokens/s of prefill and decode at each batch size, the median of `repeats` runs after a warm-up."""
     from vllm import LLM, SamplingParams
 
@@ -107,7 +107,7 @@ def measure(path: Path, size: dict) -> dict[str, float]:
     kwargs = dict(dtype=size["dtype"], max_model_len=size["prompt"] + size["decode"] + 16, seed=0,
                   enable_prefix_caching=False, max_num_seqs=max(size["batches"]), skip_tokenizer_init=True,
                   max_num_batched_tokens=max(size["batches"]) * (size["prompt"] + 16))  # fmt: skip
-    llm = LLM(str(path), **kwargs)
+    llm = LLM(str(path), enforce_eager=eager, **kwargs)
     gen = torch.Generator().manual_seed(1)
     vocab = llm.llm_engine.model_config.get_vocab_size()
 
@@ -141,13 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model and batch shape")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--eager", action="store_true", help="no torch.compile (vLLM's enforce_eager)")
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     if size["kv_gib"]:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(size["kv_gib"]))
     with tempfile.TemporaryDirectory() as tmp:
         repo_dir, rope_dir = write_models(Path(tmp), size["model"], getattr(torch, size["dtype"]))
-        results = {"repo": measure(repo_dir, size), "rope": measure(rope_dir, size)}
+        results = {"repo": measure(repo_dir, size, args.eager), "rope": measure(rope_dir, size, args.eager)}
     print(f"\nvLLM, size {args.size} ({size['model']}, {size['dtype']}), prompt {size['prompt']}, "
           f"decode {size['decode']} tokens; tokens/s (median of {size['repeats']})")  # fmt: skip
     print(f"{'':12}{'RePo':>10}{'RoPE':>10}{'RePo/RoPE s/token':>20}")
