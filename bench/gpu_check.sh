@@ -65,3 +65,11 @@ print("GPU-only remainder: nccl", dist.is_nccl_available(), "| bf16 autocast", t
 PY
 python3 -m pytest -q -rs -p no:cacheprovider tests/test_train_gpu.py 2>&1 | tee -a "$OUT/tests.log" || true
 python3 bench/bench_repo.py --size gpu-1b --profile --json "$OUT/bench-gpu.json" 2>&1 | tee "$OUT/bench.log"
+# vLLM at the 1B shape, bf16, RePo vs RoPE (bench/bench_vllm.py): only where the image has vllm 0.32 (its wheel is
+# far over what travels to the device) and this checkout is pip-installed there (the plugin's entry point).
+if python3 -c 'import vllm' 2>/dev/null; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1 || true
+  python3 bench/bench_vllm.py --size gpu-1b --json "$OUT/bench-vllm-gpu.json" 2>&1 | tee "$OUT/bench-vllm.log"
+else
+  echo "vLLM 1B case not run: this image has no vllm (install vllm==0.32.0 first)" | tee "$OUT/bench-vllm.log"
+fi

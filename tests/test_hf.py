@@ -590,9 +590,9 @@ def test_truncated_weights_fail_with_one_line_naming_the_file(tmp_path, tokenize
         err = capsys.readouterr().err  # progress bars, then one line
         name = "model.pt" if source == ckpt else "model.safetensors"
         assert "Traceback" not in err and err.endswith("restore it from a copy or re-create it\n"), err
-        assert err.splitlines()[-1].startswith(
-            f"{prog}: error: {source / name} cannot be read, truncated"
-        ), err
+        assert err.splitlines()[-1].startswith(f"{prog}: error: {source / name} cannot be read, truncated"), (
+            err
+        )
     with pytest.raises(CorruptFileError, match=r"model\.pt cannot be read, truncated"):
         load_model(ckpt)
     assert not (tmp_path / "out").exists()

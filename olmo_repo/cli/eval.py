@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=[*DTYPE_NAMES, "auto"], default="auto",
                    help="weights dtype (default auto: bfloat16 on CUDA, float32 on CPU)")  # fmt: skip
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
+                   help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
+                   "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
+    p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
+                   help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
+                   "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, samples.jsonl)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace this tool's outputs in a non-empty --out"
@@ -175,7 +181,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.suite and not tasks:  # every task of this length was refused
                 continue
             factor = yarn_factor(length, training, yarn)
-            model = load_model(hf_dir, length, yarn, dtype, device)
+            if args.backend == "vllm":
+                from ..vllm.eval import load_vllm
+
+                model = load_vllm(hf_dir, length, yarn, dtype, args.batch_size)
+            else:
+                if args.backend == "vllm":
+                    from ..vllm.eval import load_vllm
+
+                    model = load_vllm(hf_dir, length, yarn, dtype, args.batch_size)
+                else:
+                    model = load_model(hf_dir, length, yarn, dtype, device)
             results["lengths"][str(length)] = {
                 "yarn_factor": factor,
                 "rope_parameters": dict(model.config.rope_parameters or {}),
@@ -196,6 +212,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for variant, row in scores.items():
                     results["scores"].setdefault(variant, {}).update(row)
                 records += stage_records
+            if args.backend == "vllm":  # the next length starts its own engine
+                from ..vllm.eval import release
+
+                release(model)
+            if args.backend == "vllm":  # the next length starts its own engine
+                from ..vllm.eval import release
+
+                release(model)
             del model
         if refused:
             results["refused"] = refused

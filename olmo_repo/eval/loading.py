@@ -19,11 +19,11 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
-from olmo_repo.hf.convert import DTYPES
+from olmo_repo.hf import DTYPES
 
 from .variants import parse_yarn  # light: the command checks --yarn before importing this module
 
-__all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor"]
+__all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor", "yarn_overrides"]
 
 
 def training_length(config: PretrainedConfig) -> int:
@@ -47,20 +47,24 @@ def load_model(
     device: str = "cpu",
 ) -> PreTrainedModel:
     """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), in eval mode."""
-    config = AutoConfig.from_pretrained(hf_dir)
-    training = training_length(config)
-    factor = yarn_factor(length, training, yarn)
-    overrides = {}
-    if factor is not None:
-        theta = (config.rope_parameters or {}).get("rope_theta", 10_000.0)
-        overrides = dict(
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": float(theta),
-                "factor": factor,
-                "original_max_position_embeddings": training,
-            },
-            max_position_embeddings=max(length, config.max_position_embeddings),
-        )
+    overrides = yarn_overrides(AutoConfig.from_pretrained(hf_dir), length, yarn)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=DTYPES[dtype], **overrides)
     return model.to(device).eval()
+
+
+def yarn_overrides(config: PretrainedConfig, length: int, yarn: str | float = "auto") -> dict:
+    """The config keys to override for a `length`-token context (empty: none); shared with `--backend vllm`."""
+    training = training_length(config)
+    factor = yarn_factor(length, training, yarn)
+    if factor is None:
+        return {}
+    theta = (config.rope_parameters or {}).get("rope_theta", 10_000.0)
+    return dict(
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": float(theta),
+            "factor": factor,
+            "original_max_position_embeddings": training,
+        },
+        max_position_embeddings=max(length, config.max_position_embeddings),
+    )

@@ -292,6 +292,7 @@ def evaluate(
     output, score).
     """
     from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
@@ -308,7 +309,10 @@ def evaluate(
         essays=essays,
         tokenizer=tokenizer.name_or_path,
     )
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max(lengths))
+    if isinstance(model, LM):  # already an lm-eval model (--backend vllm)
+        lm = model
+    else:
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max(lengths))
     out = simple_evaluate(
         model=lm,
         tasks=[f"repo_{v}" for v in variants],

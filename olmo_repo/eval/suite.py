@@ -179,6 +179,7 @@ def run_stage(
     (default RULER's 500) and lm-eval's `limit` for the other tasks. Returns lm-eval's per-task results.
     """
     from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
@@ -186,6 +187,9 @@ def run_stage(
     if samples is not None:
         metadata["num_samples"] = samples
     manager = TaskManager(include_path=str(TASKS_DIR), metadata=metadata)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=length)
+    if isinstance(model, LM):  # already an lm-eval model (--backend vllm)
+        lm = model
+    else:
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=length)
     out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=samples)
     return {task: out["results"][task] for task in tasks if task in out["results"]}

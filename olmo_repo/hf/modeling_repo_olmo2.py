@@ -103,6 +103,7 @@ class RepoOlmo2Attention(Olmo2Attention):
             if scale != 1.0:  # YaRN's attention factor, applied to cos/sin in the RoPE layers
                 q, k = q * scale, k * scale
 
+        cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # transformers < 5.24
         if cache is not None:  # keys are cached rotated
             k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
 

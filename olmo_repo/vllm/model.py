@@ -1,0 +1,204 @@
+"""RePo as a native vLLM model: Olmo2 whose `nope`/`repo` layers rotate q and k by per-head real positions.
+
+Deltas from vLLM's Olmo2 attention and MLP (`olmo_repo.upstream.vllm`; everything else is Olmo2 as vLLM ran
+it natively up to 0.31, and as `transformers.models.olmo2` computes it):
+
+- `rope` layers: unchanged (vLLM's RoPE from the config's `rope_parameters`).
+- `nope` layers: no rotation.
+- `repo` layers: f_phi (`olmo_repo.rope.f_phi`) predicts one position per head and token from the layer's
+  input x, the packed hidden states [num_tokens, d] of every sequence in the batch, in fp32; q and k
+  [num_tokens, heads, d_head] are rotated by them (`olmo_repo.rope.rotate_qk`'s math, fp32 angles) after the q/k
+  norms, with the inverse frequencies and attention factor of transformers' `Olmo2RotaryEmbedding` for the
+  config (default, linear or YaRN), exactly as `olmo_repo.hf` does. A token's positions depend only on its
+  own hidden state, so keys enter the paged KV cache already rotated and prefix caching and chunked prefill
+  stay exact.
+
+Tensor parallel: heads are split across ranks; gate_map and content_map are replicated, final_map's rows
+(one per head) are split like the heads, so each rank predicts the positions of its own heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from transformers.models.olmo2.modeling_olmo2 import Olmo2RotaryEmbedding
+from vllm.compilation.decorators import support_torch_compile
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from vllm.model_executor.models.utils import (
+    AutoWeightsLoader,
+    WeightsMapper,
+    extract_layer_index,
+    maybe_prefix,
+)
+
+from ..rope import _rotate_forward, f_phi
+from ..upstream.vllm import Olmo2Attention, Olmo2MLP
+from .config import repo_config
+
+__all__ = ["RepoOlmo2Attention", "RepoOlmo2DecoderLayer", "RepoOlmo2ForCausalLM", "RepoOlmo2Model"]
+
+
+class RepoOlmo2Attention(Olmo2Attention):
+    """vLLM's Olmo2 attention with the rotary step of a `nope` or `repo` layer replaced."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self.pe_mode = pe_mode
+        if pe_mode == "nope":
+            self._use_rope, self.rotary_emb = False, None
+        if pe_mode != "repo":
+            return
+        # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32
+        # (olmo_repo.rope.f_phi), and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
+        d, hidden, tp = self.config.hidden_size, self.config.hidden_size // 8, self.tp_size
+        self.gate_map = nn.Linear(d, hidden, bias=False)
+        self.content_map = nn.Linear(d, hidden, bias=False)
+        # One row per head, split across ranks like the heads: rank r holds heads r*H/tp .. (r+1)*H/tp - 1.
+        self.final_map = nn.Linear(hidden, self.total_num_heads // tp, bias=False)
+        self.final_map.weight.weight_loader = self._load_final_map  # type: ignore[attr-defined]
+        # The inverse frequencies and attention factor that olmo_repo.hf rotates RePo positions with.
+        rotary = Olmo2RotaryEmbedding(self.config)
+        self.register_buffer("inv_freq", rotary.inv_freq.float(), persistent=False)  # [d_head/2]
+        self.attention_scaling = float(rotary.attention_scaling)
+
+    def _load_final_map(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
+        """vLLM's weight loader hook: this rank's rows of final_map [H, d/8]."""
+        rows = param.shape[0]
+        param.data.copy_(loaded[self.tp_rank * rows : (self.tp_rank + 1) * rows])
+
+    def predict_positions(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """f_phi: x [num_tokens, d] -> positions [num_tokens, heads of this rank], fp32."""
+        weights = (self.gate_map.weight, self.content_map.weight, self.final_map.weight)
+        return f_phi(hidden_states.unsqueeze(0), *weights)[0].t()  # [1, H, T] -> [T, H]
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.pe_mode != "repo":
+            return super().forward(positions, hidden_states)
+        # Upstream's forward with `rotary_emb(positions, q, k)` replaced by the RePo rotation.
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self._apply_qk_norm(q, k)  # [T, H * d_head]
+        n = q.shape[0]
+        # rotate_qk's forward math without its autograd wrapper, which torch.compile (vLLM's) cannot trace
+        q, k = _rotate_forward(
+            self.predict_positions(hidden_states),
+            self.inv_freq.float(),
+            [q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)],
+        )  # [T, H, d_head]
+        if self.attention_scaling != 1.0:  # YaRN's attention factor, as the RoPE layers apply it
+            q, k = q * self.attention_scaling, k * self.attention_scaling
+        out, _ = self.o_proj(self.attn(q.reshape(n, -1), k.reshape(n, -1), v))
+        return out
+
+
+class RepoOlmo2DecoderLayer(nn.Module):
+    """Olmo2's post-norm block: x + norm(attention(x)), then h + norm(mlp(h))."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.self_attn = RepoOlmo2Attention(
+            vllm_config=vllm_config, prefix=f"{prefix}.self_attn", pe_mode=pe_mode
+        )
+        self.mlp = Olmo2MLP(vllm_config=vllm_config, prefix=f"{prefix}.mlp")
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        h = hidden_states + self.post_attention_layernorm(self.self_attn(positions, hidden_states))
+        return h + self.post_feedforward_layernorm(self.mlp(h))
+
+
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "inputs_embeds": 0})
+class RepoOlmo2Model(nn.Module):
+    """Embedding, the decoder layers with their position modes, final norm. Hidden states [num_tokens, d]."""
+
+    hf_to_vllm_mapper = WeightsMapper(
+        orig_to_new_stacked={
+            ".self_attn.q_proj": (".self_attn.qkv_proj", "q"),
+            ".self_attn.k_proj": (".self_attn.qkv_proj", "k"),
+            ".self_attn.v_proj": (".self_attn.qkv_proj", "v"),
+            ".gate_proj": (".gate_up_proj", 0),
+            ".up_proj": (".gate_up_proj", 1),
+        }
+    )
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        model_config = vllm_config.model_config
+        config = model_config.hf_config
+        modes = repo_config(config, model_config.model).layer_modes()
+        self.embed_tokens = VocabParallelEmbedding(
+            config.vocab_size, config.hidden_size, prefix=f"{prefix}.embed_tokens"
+        )
+        self.layers = nn.ModuleList(
+            RepoOlmo2DecoderLayer(vllm_config=vllm_config, prefix=p, pe_mode=modes[extract_layer_index(p)])
+            for p in (f"{prefix}.layers.{i}" for i in range(config.num_hidden_layers))
+        )
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)  # [T, d]
+        for layer in self.layers:
+            h = layer(positions, h)
+        return self.norm(h)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)
+
+
+class RepoOlmo2ForCausalLM(nn.Module):
+    """`RepoOlmo2Model` and the LM head (tied to the embedding when the config says so)."""
+
+    packed_modules_mapping = {
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
+    }
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.config = config
+        self.model = RepoOlmo2Model(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+        self.lm_head = ParallelLMHead(
+            config.vocab_size,
+            config.hidden_size,
+            quant_config=vllm_config.quant_config,
+            prefix=maybe_prefix(prefix, "lm_head"),
+        )
+        if config.tie_word_embeddings:
+            self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+        self.logits_processor = LogitsProcessor(config.vocab_size)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_input_ids(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors: object = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.model(input_ids, positions, inputs_embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        return self.logits_processor(self.lm_head, hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        # The loader handles tied embeddings; the reference's converter writes stale rotary buffers.
+        loader = AutoWeightsLoader(self, ignore_unexpected_suffixes=["rotary_emb.inv_freq"])
+        return loader.load_weights(weights)

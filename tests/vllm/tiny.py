@@ -1,0 +1,99 @@
+"""Tiny HF checkpoints for the vLLM tests, built with `olmo_repo.hf` only (no OLMo, no downloads).
+
+Weights are drawn so that the models are far from uniform (clear greedy choices) and f_phi predicts
+positions spread over hundreds (`spread`), so that a rotation error would show.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.hf.convert import AUTO_MAP, REMOTE_CODE
+
+VOCAB, EOS, PAD = 384, 256, 257
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=128,  # 4 heads of 32: the smallest head size vLLM's CPU attention takes
+    intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=1024,
+    rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
+    eos_token_id=EOS,
+    pad_token_id=PAD,
+    tie_word_embeddings=False,
+)
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    """Lossless byte-level tokenizer: 256 byte tokens, <eos> (256), <pad> (257)."""
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({"<eos>": EOS, "<pad>": PAD})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<eos>", "<pad>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+
+
+def _randomise(model: torch.nn.Module, spread: float, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        with torch.no_grad():
+            if p.dim() == 1:  # norms
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("final_map.weight"):
+                p.copy_(spread * torch.randn(p.shape, generator=gen))
+            elif name.endswith(("gate_map.weight", "content_map.weight")):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+
+
+def save(
+    path: Path, *, remote_code: bool = False, spread: float = 0.25, seed: int = 0, **overrides: Any
+) -> torch.nn.Module:
+    """A `repo_olmo2` checkpoint (plain `olmo2` when every layer is RoPE) in `path`; returns the HF model."""
+    config = RepoOlmo2Config(**{**BASE, **overrides})
+    stock = all(m == "rope" for m in config.layer_modes())
+    model = Olmo2ForCausalLM(Olmo2Config(**{**BASE, **overrides})) if stock else RepoOlmo2ForCausalLM(config)
+    _randomise(model, spread, seed)
+    model.eval().save_pretrained(path)
+    tokenizer().save_pretrained(path)
+    if remote_code:
+        for name, source in REMOTE_CODE.items():
+            shutil.copy(source, path / name)
+        raw = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**raw, "auto_map": AUTO_MAP}, indent=2))
+    return model
+
+
+def save_reference(
+    path: Path, pe_config: dict[str, Any], *, seed: int = 0, **overrides: Any
+) -> torch.nn.Module:
+    """The reference implementation's format: an `olmo2` config.json with `pe_config`, RePo weights under
+    `self_attn`; the HF model is this project's, built from the translated config."""
+    config = RepoOlmo2Config.from_dict(
+        RepoOlmo2Config.dict_from_reference({**BASE, **overrides, "pe_config": pe_config}, None, "test")
+    )
+    model = RepoOlmo2ForCausalLM(config)
+    _randomise(model, 0.25, seed)
+    path.mkdir(parents=True)
+    raw = Olmo2Config(**{**BASE, **overrides}).to_dict()
+    raw.update(architectures=["Olmo2ForCausalLM"], pe_config=pe_config)
+    (path / "config.json").write_text(json.dumps(raw, indent=2))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path / "model.safetensors")
+    tokenizer().save_pretrained(path)
+    return model.eval()
