@@ -14,7 +14,6 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
-from olmo_repo.train import preflight
 from olmo_repo.train.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 
 from .conftest import tiny_config
@@ -164,44 +163,6 @@ def test_check_stage1_state_dict_names_what_is_wrong(repo_config, edit, message)
     edit(state_dict)
     with pytest.raises(OLMoCheckpointError, match=message):
         check_stage1_state_dict(state_dict, repo_config)
-
-
-def _config(tmp_path, *extra: str) -> RepoTrainConfig:
-    data = write_corpus(tmp_path / "data", n_tokens=2_000)
-    return RepoTrainConfig.load(STAGE1, small(data, tmp_path / "run") + list(extra))
-
-
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (
-            ["data.paths=[/nonexistent/part-0.npy]"],
-            r"1 data file\(s\) do not exist: data\.paths: /nonexistent/part-0\.npy",
-        ),
-        (
-            ["load_path=/nonexistent/step3-unsharded"],
-            r"load_path=/nonexistent/step3-unsharded is not a directory",
-        ),
-        (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
-        (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
-        (["precision=amp_bf16"], r"precision=amp_bf16 on CPU needs FSDP's mixed precision.*--precision=fp32"),
-        (
-            ["global_train_batch_size=6", "device_train_microbatch_size=4"],
-            r"per-rank batch 6 \(global_train_batch_size=6 over 1 rank\(s\)\) is not a multiple of "
-            r"device_train_microbatch_size=4: pass --device_train_microbatch_size=N with N dividing 6",
-        ),
-    ],
-    ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
-)
-def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
-    with pytest.raises(OLMoConfigurationError, match=message):
-        preflight(_config(tmp_path, *extra), cuda=False, world_size=1)
-
-
-def test_preflight_unwritable_save_folder(tmp_path):
-    (tmp_path / "file").write_text("")
-    with pytest.raises(OLMoConfigurationError, match=r"save_folder=.*file/run is not writable"):
-        preflight(_config(tmp_path, f"save_folder={tmp_path / 'file/run'}"), cuda=False, world_size=1)
 
 
 def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
