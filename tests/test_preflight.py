@@ -1,5 +1,5 @@
-"""`olmo_repo.train.preflight`: the checks before any heavy work (`preflight`, which names every problem and what
-to change; `check_load_path_files`; `is_unsharded`), on configs built from the tiny demo configs."""
+"""`olmo_repo.train.preflight`: the checks before any heavy work (`preflight`, which names every problem and
+what to change; `check_load_path_files`; `is_unsharded`), on configs built from the tiny demo configs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """FSDP on CPU (gloo, 2 processes) through scripts/train.py: the recipe's stage-1 -> RePo stage-2 path with
 sharded `olmo_core` checkpoints, a kill and a resume, unshard -> HF, and FSDP against DDP (the preflight
-refusals are in test_preflight.py). Runs are shared between tests through module fixtures (each torchrun start costs seconds)."""
+refusals are in test_preflight.py). Runs are shared between tests through module fixtures (each torchrun
+start costs seconds)."""
 
 from __future__ import annotations
 
