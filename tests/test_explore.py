@@ -298,6 +298,7 @@ def plot_traces(page) -> list[dict]:
     )
 
 
+@pytest.mark.slow
 def test_page_in_a_real_browser(ckpts, tmp_path):
     """Type a prompt, switch layer and head: the plot has one point per token, at the API's positions."""
     if not CHROMIUM.exists():

@@ -28,6 +28,8 @@ from .training import (
     write_corpus,
 )
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def rope_run(tmp_path_factory, device):

@@ -40,6 +40,7 @@ def _stage1_optim_by_name(checkpoint) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow
 def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
     checkpoint, data = stage1
     stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
@@ -81,6 +82,7 @@ def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
             assert torch.equal(tensor, fresh_weights[key]), key
 
 
+@pytest.mark.slow
 def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, device):
     checkpoint, data = stage1
     # Weights converted from elsewhere: model.pt and a stock config.yaml, no optim.pt/train.pt, no -unsharded name.
@@ -111,6 +113,7 @@ def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, devi
         assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
 
 
+@pytest.mark.slow
 def test_bad_checkpoint_fails_through_the_trainer(stage1, tmp_path, device):
     checkpoint, data = stage1
     broken = tmp_path / "broken-unsharded"
@@ -165,6 +168,7 @@ def test_check_stage1_state_dict_names_what_is_wrong(repo_config, edit, message)
         check_stage1_state_dict(state_dict, repo_config)
 
 
+@pytest.mark.slow
 def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
     checkpoint, data = stage1
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(checkpoint.parent))
@@ -181,6 +185,7 @@ def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
     """OLMo-2's released stage-1 optim.pt comes from FSDP: state and params keyed by parameter name."""
     checkpoint, data = stage1
@@ -209,6 +214,7 @@ def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
     assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
 
 
+@pytest.mark.slow
 def test_a_folder_without_checkpoint_is_a_new_run(stage1, tmp_path, device):
     """A run that failed or was killed before its first save left only its config and data order: the same
     command starts again, and so does a corrected one; a config.yaml that no run here wrote is refused."""

@@ -26,6 +26,7 @@ def _fit(overrides: list[str], device) -> None:
         trainer.fit()
 
 
+@pytest.mark.slow
 def test_compile_compiles_every_block_and_trains_to_eagers_losses(data, tmp_path, device):
     """Inductor on CPU (a C++ compiler): two steps, each loss within fp32 rounding of the eager run's."""
     steps = dict(max_duration=2, stop_at=2, no_pre_train_checkpoint="true")
@@ -52,6 +53,7 @@ def _indices(save_folder: Path) -> list[list[int]]:
     return [[int(x) for x in line.split("\t")] for line in lines]
 
 
+@pytest.mark.slow
 def test_data_indices_are_written_per_step_and_appended_on_resume(data, tmp_path, device):
     run, whole = tmp_path / "run", tmp_path / "whole"
     _fit(

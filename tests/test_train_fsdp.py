@@ -37,6 +37,8 @@ from .training import (
     write_corpus,
 )
 
+pytestmark = pytest.mark.slow
+
 U32 = 2.0**-24  # unit roundoff of fp32
 U_BF16 = 2.0**-8  # unit roundoff of bf16
 

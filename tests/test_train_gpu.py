@@ -43,6 +43,7 @@ def _run(cmd: list[str]) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     data = write_corpus(tmp_path / "data")
     _run(train_command(STAGE1, small(data, tmp_path / "stage1", **GPU)))
@@ -58,6 +59,7 @@ def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     assert "transformer.blocks.1.gate_map.weight" in weights
 
 
+@pytest.mark.slow
 def test_fsdp_run_stopped_by_sigusr1_saves_a_sharded_checkpoint_and_resumes(tmp_path):
     """FSDP takes OLMo's other cancel branch: a sharded checkpoint at the stop step (as with the official configs,
     which keep no periodic sharded checkpoints: save_num_checkpoints_to_keep=0)."""
