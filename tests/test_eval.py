@@ -220,6 +220,7 @@ def test_markdown_table():
 # --------------------------------------------------------------------------------------------- suite
 
 
+@pytest.mark.slow
 def test_suite_tasks_resolve_offline():
     """Every task of the paper's groups is known to lm-eval's TaskManager (no network), and `DOWNLOADS` names
     the data set each Hub task's yaml loads."""

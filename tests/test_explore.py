@@ -213,6 +213,7 @@ def exported_config(html: str) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
     prompt, out = tmp_path / "prompt.txt", tmp_path / "out" / "page.html"
     prompt.write_text(PROMPT + "\n")

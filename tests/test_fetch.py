@@ -263,6 +263,7 @@ def test_full_disk_before_and_during_the_fetch(server, tiny_disk, capsys):
     _assert_complete(tiny_disk / "out", server)
 
 
+@pytest.mark.slow
 def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     to = tmp_path / "out"
     served = server.served

@@ -474,6 +474,7 @@ def test_reference_weights_and_pe_config_must_agree(tmp_path, tokenizer_file, ov
     assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "ref"]
 
 
+@pytest.mark.slow
 def test_stock_olmo2_directories_still_load_as_stock_olmo2(tmp_path, tokenizer_file):
     ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file)
     hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
