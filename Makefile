@@ -11,7 +11,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
-.PHONY: install system-deps test lint demo demo-base bench clean install-vllm test-vllm bench-vllm
+.PHONY: install system-deps test test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ system-deps:
 test: install system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -37,7 +37,7 @@ from olmo.model import OLMo
 from tqdm import tqdm
 
 import olmo_repo.block
-from olmo_repo import RepoModelConfig, build_model
+from olmo_repo import RepoModelConfig, build_model, olmo2_model_config
 from olmo_repo.rope import rotate_reference
 
 
@@ -68,29 +68,16 @@ SIZES = {
 
 
 def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
-    return RepoModelConfig(
+    return olmo2_model_config(
         d_model=size.d_model,
         n_heads=size.n_heads,
         n_layers=size.n_layers,
         mlp_ratio=size.mlp_ratio,
-        weight_tying=False,
-        rope=True,
-        rope_theta=500_000,
         flash_attention=device == "cuda" and importlib.util.find_spec("flash_attn") is not None,
-        attention_dropout=0.0,
-        residual_dropout=0.0,
-        embedding_dropout=0.0,
-        include_bias=False,
-        layer_norm_type="rms",
-        layer_norm_eps=1e-6,
-        bias_for_layer_norm=False,
-        attention_layer_norm=True,
-        norm_after=True,
         max_sequence_length=max(size.seq, size.prompt + size.new_tokens),
         vocab_size=size.vocab,
         embedding_size=(size.vocab + 127) // 128 * 128,
         init_device=device,
-        init_cutoff_factor=3,
         pe_mode=pe_mode,
         pe_start_layer=0 if pe_mode == "nope" else size.pe_start_layer,
     )

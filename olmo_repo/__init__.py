@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .block import RepoSequentialBlock, predict_positions, repo_blocks
-    from .config import PositionMode, RepoModelConfig, RepoTrainConfig, layer_modes, repo_layer_ids
+    from .config import (
+        PositionMode,
+        RepoModelConfig,
+        RepoTrainConfig,
+        layer_modes,
+        olmo2_model_config,
+        repo_layer_ids,
+    )
     from .registry import build_model, install
 
 _OLMO_SIDE = {
@@ -20,6 +27,7 @@ _OLMO_SIDE = {
     "RepoModelConfig": "config",
     "RepoTrainConfig": "config",
     "layer_modes": "config",
+    "olmo2_model_config": "config",
     "repo_layer_ids": "config",
     "RepoSequentialBlock": "block",
     "predict_positions": "block",
@@ -36,6 +44,7 @@ __all__ = [
     "build_model",
     "install",
     "layer_modes",
+    "olmo2_model_config",
     "predict_positions",
     "repo_blocks",
     "repo_layer_ids",

@@ -31,6 +31,7 @@ __all__ = [
     "RepoModelConfig",
     "RepoTrainConfig",
     "layer_modes",
+    "olmo2_model_config",
     "repo_layer_ids",
 ]
 
@@ -83,6 +84,34 @@ class RepoModelConfig(ModelConfig):
     @classmethod
     def update_legacy_settings(cls, config: Any) -> Any:
         return _translate_reference_keys(config, prefix="model.")
+
+
+def olmo2_model_config(**overrides: Any) -> RepoModelConfig:
+    """An OLMo-2-shaped model; sizes (and anything else, the fixed choices included) from `overrides`.
+
+    Fixed: post-norm (`norm_after`), RMS norms with eps 1e-6 and no bias, q/k norms (`attention_layer_norm`),
+    no biases in the linear layers, SwiGLU, RoPE with theta 500000, untied input/output embeddings, no
+    dropout, and normal init with std 0.02 cut off at 3 std.
+    """
+    kwargs: dict[str, Any] = dict(
+        norm_after=True,
+        layer_norm_type="rms",
+        layer_norm_eps=1e-6,
+        bias_for_layer_norm=False,
+        attention_layer_norm=True,
+        include_bias=False,
+        activation_type="swiglu",
+        rope=True,
+        rope_theta=500_000,
+        weight_tying=False,
+        attention_dropout=0.0,
+        residual_dropout=0.0,
+        embedding_dropout=0.0,
+        init_fn="normal",
+        init_std=0.02,
+        init_cutoff_factor=3,
+    )
+    return RepoModelConfig(**{**kwargs, **overrides})
 
 
 def layer_modes(config: ModelConfig) -> list[PositionMode]:

@@ -42,7 +42,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["f_phi", "inv_frequencies", "rotate", "rotate_qk", "rotate_reference"]
+__all__ = [
+    "COMPILED_ROTATION",
+    "LinearFp32Out",
+    "f_phi",
+    "inv_frequencies",
+    "rotate",
+    "rotate_forward",
+    "rotate_qk",
+    "rotate_reference",
+]
 
 
 def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -> Tensor:
@@ -57,8 +66,8 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
     with torch.autocast(device, enabled=False):
         if low in (torch.bfloat16, torch.float16):
             x = x.to(low)
-            gate = _LinearFp32Out.apply(x, gate_map.to(low))
-            content = _LinearFp32Out.apply(x, content_map.to(low))
+            gate = LinearFp32Out.apply(x, gate_map.to(low))
+            content = LinearFp32Out.apply(x, content_map.to(low))
         else:
             x = x.to(dtype)
             gate, content = F.linear(x, gate_map.to(dtype)), F.linear(x, content_map.to(dtype))
@@ -70,7 +79,7 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
 _MM_HAS_OUT_DTYPE = "out_dtype" in (torch.mm.__doc__ or "")
 
 
-class _LinearFp32Out(torch.autograd.Function):
+class LinearFp32Out(torch.autograd.Function):
     """x [..., k] @ w [n, k]^T for bf16/fp16 x and w, accumulated in fp32 and returned fp32 [..., n].
 
     CUDA runs one low-precision GEMM with an fp32 output (`torch.mm(..., out_dtype=torch.float32)`); CPU (and
@@ -118,7 +127,7 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
     return angles.cos(), angles.sin()
 
 
-def _rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
+def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
     with torch.autocast(positions.device.type, enabled=False):
         dtype = _compute_dtype(xs[0], positions)
         cos, sin = _cos_sin(positions, inv_freq, dtype)
@@ -181,8 +190,8 @@ class _CompileOrFallBack:
             return self.fn(*args)
 
 
-_EAGER = (_rotate_forward, _rotate_backward)
-_COMPILED = (_CompileOrFallBack(_rotate_forward), _CompileOrFallBack(_rotate_backward))
+_EAGER = (rotate_forward, _rotate_backward)
+COMPILED_ROTATION = (_CompileOrFallBack(rotate_forward), _CompileOrFallBack(_rotate_backward))
 
 
 class _Rotate(torch.autograd.Function):
@@ -190,7 +199,7 @@ class _Rotate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, positions: Tensor, inv_freq: Tensor, compiled: bool, *xs: Tensor) -> tuple[Tensor, ...]:
-        forward, ctx.backward_fn = _COMPILED if compiled else _EAGER
+        forward, ctx.backward_fn = COMPILED_ROTATION if compiled else _EAGER
         outs = forward(positions, inv_freq, list(xs))
         ctx.save_for_backward(positions, inv_freq, *outs)
         return tuple(outs)

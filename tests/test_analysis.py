@@ -33,6 +33,7 @@ def models(tmp_path_factory, tokenizer_file):
     return out
 
 
+@pytest.mark.slow
 def test_attention_section(models, tmp_path):
     prompts = [_prompt("lucky-dove", "7043913", 2), _prompt("red-fox", "1234567", 4)]
     section = attention_section(models, prompts, tmp_path)
@@ -49,6 +50,7 @@ def test_attention_section(models, tmp_path):
         attention_section(models, [], tmp_path)
 
 
+@pytest.mark.slow
 def test_positions_section(models, tmp_path):
     model, tokenizer = models["RePo"]
     texts = [_prompt("lucky-dove", "7043913", 3).prompt, _prompt("red-fox", "1234567", 4).prompt]

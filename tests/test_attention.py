@@ -149,6 +149,7 @@ def test_attention_mass_equals_transformers_attentions(model_and_tokenizer):
         assert list(mass.reduce(expected_repo).values()) == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_several_needles_and_tokens_the_tokenizer_adds(tmp_path, tokenizer_file):
     ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, max_sequence_length=256, pe_mode="repo")
     hf_dir = convert_to_hf(ckpt, tmp_path / "hf")

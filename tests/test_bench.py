@@ -7,9 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import ROOT
 
 
+@pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [

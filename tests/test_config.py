@@ -103,6 +103,7 @@ def test_reference_fork_config_means_repo_from_layer_5():
     assert config.data_prefix == "/home/huayang_sakana_ai/workspace/olmo_data"
 
 
+@pytest.mark.slow
 def test_data_prefix_is_a_local_copy_of_olmo_data_org(tmp_path):
     over_http = RepoTrainConfig.load(CONFIGS / "official-1B-repo.yaml", validate_paths=False)
     assert over_http.data.paths and all(p.startswith("http://olmo-data.org/") for p in over_http.data.paths)
@@ -136,6 +137,7 @@ def test_reference_keys_mean_the_same_thing(tmp_path, keys, expected):
     assert "".join({"rope": "R", "nope": "N", "repo": "P"}[m] for m in layer_modes(config.model)) == expected
 
 
+@pytest.mark.slow
 def test_cli_overrides_and_saved_config_round_trip(tmp_path):
     args = ["--model.pe_mode=repo", "--model.pe_start_layer=3", "--model.init_device=meta"]
     config = RepoTrainConfig.load(

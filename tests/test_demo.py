@@ -38,6 +38,7 @@ def test_help_explains_the_folder_and_starts_nothing(tmp_path):
     assert subprocess.run([sys.executable, "-c", light]).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_users_folder_is_refused_before_any_work(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     result = subprocess.run([sys.executable, str(DEMO), str(tmp_path)], capture_output=True, text=True)
@@ -140,6 +141,7 @@ def test_corpus_windows_hold_whole_niah_documents(tmp_path):
     assert not any(first.answers[0] in d for d in documents)
 
 
+@pytest.mark.slow
 def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     from omegaconf import OmegaConf as om
     from transformers import AutoModelForCausalLM
@@ -200,6 +202,7 @@ def test_the_demos_files_are_package_data():
     assert "parents[" not in sources and "ROOT" not in sources  # no path out of the package
 
 
+@pytest.mark.slow
 def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -220,6 +220,7 @@ def test_markdown_table():
 # --------------------------------------------------------------------------------------------- suite
 
 
+@pytest.mark.slow
 def test_suite_tasks_resolve_offline():
     """Every task of the paper's groups is known to lm-eval's TaskManager (no network), and `DOWNLOADS` names
     the data set each Hub task's yaml loads."""
@@ -310,6 +311,7 @@ def _run_cli(model, out, *flags) -> dict:
     return results
 
 
+@pytest.mark.slow
 def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file):
     """An OLMo checkpoint of this project (RoPE layer 0, RePo layer 1), converted on the fly; YaRN 2x at 1536."""
     overrides = dict(n_layers=2, pe_mode="repo", pe_start_layer=1, max_sequence_length=768)
@@ -318,6 +320,7 @@ def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "out"]  # the temporary HF dir is gone
 
 
+@pytest.mark.slow
 def test_eval_cli_stock_olmo2(tmp_path, stock_olmo2):
     out = tmp_path / "out"
     out.mkdir()
@@ -388,6 +391,7 @@ def test_eval_cli_bad_model_or_out(tmp_path, stock_olmo2, capsys):
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_evaluate_api_several_lengths(stock_olmo2):
     """`niah.evaluate` on a loaded model: {variant: {length: score}} over several lengths in one lm-eval run."""
     from transformers import AutoTokenizer
@@ -398,3 +402,50 @@ def test_evaluate_api_several_lengths(stock_olmo2):
     assert [(r["length"], r["index"]) for r in records] == [(640, 0), (768, 0)]
     for r in records:
         assert scores["niah_single_1"][r["length"]] == r["score"] == niah.score(r["output"], r["answers"])
+
+
+# lm-eval's synthetic RULER tasks build 500 prompts each at every length whatever `--samples` says (hard-coded
+# in lm-eval's vt/cwe/fwe utils): over 15 minutes at tiny scale on 2 cores, so this run plans without them.
+_UNBOUNDED = ("ruler_vt", "ruler_cwe", "ruler_fwe")
+
+
+@pytest.mark.slow
+def test_eval_cli_paper_suite_offline(tmp_path, tokenizer_file, monkeypatch, capsys):
+    """`--suite paper` without a network on a tiny RePo checkpoint: the download tasks refused in one line,
+    every other task scored at each length (YaRN 2x at the second), results.json and results.md written."""
+    monkeypatch.setattr(suite.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # no cached data sets
+    plan = suite.plan
+    monkeypatch.setattr(
+        suite,
+        "plan",
+        lambda lengths: [(n, [t for t in ts if t not in _UNBOUNDED]) for n, ts in plan(lengths)],
+    )
+    ckpt, _ = make_checkpoint(
+        tmp_path / "ckpt",
+        tokenizer_file,
+        n_layers=2,
+        pe_mode="repo",
+        pe_start_layer=1,
+        max_sequence_length=896,
+    )
+    out = tmp_path / "out"
+    assert main([str(ckpt), "--suite", "paper", "--lengths", "896,1792", "--samples", "1", "--batch-size", "4",
+                 "--out", str(out)]) == 0  # fmt: skip
+    planned = list(dict.fromkeys(t for _, tasks in plan([896, 1792]) for t in tasks if t not in _UNBOUNDED))
+    offline = [t for t in planned if suite.DOWNLOADS[t] is None]
+    refused = [t for t in planned if suite.DOWNLOADS[t] is not None]
+    assert offline == [f"repo_{v}" for v in niah.VARIANTS] and len(refused) > 10
+    err = capsys.readouterr().err.splitlines()  # also progress bars
+    assert [line for line in err if "need downloading" in line] == [suite.refusal(refused)]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "results.md"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["mode"] == "suite:paper" and results["refused"] == refused
+    assert (results["training_length"], results["lengths"]["1792"]["yarn_factor"]) == (896, 2.0)
+    assert list(results["scores"]) == offline
+    for task in offline:
+        for length in ("896", "1792"):
+            score = results["scores"][task][length]
+            assert score == results["lm_eval"][length][task]["score,none"] and 0 <= score <= 1, (task, length)
+    table = (out / "results.md").read_text()
+    assert "| task | 896 | 1792 |" in table and all(f"| {t} |" in table for t in offline)
+    assert table.rstrip().endswith(f"Not run (need downloading): {', '.join(refused)}")

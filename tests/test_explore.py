@@ -213,6 +213,7 @@ def exported_config(html: str) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
     prompt, out = tmp_path / "prompt.txt", tmp_path / "out" / "page.html"
     prompt.write_text(PROMPT + "\n")
@@ -301,6 +302,7 @@ def plot_traces(page) -> list[dict]:
     )
 
 
+@pytest.mark.slow
 def test_page_in_a_real_browser(ckpts, tmp_path):
     """Type a prompt, switch layer and head: the plot has one point per token, at the API's positions."""
     if not CHROMIUM.exists():

@@ -263,6 +263,7 @@ def test_full_disk_before_and_during_the_fetch(server, tiny_disk, capsys):
     _assert_complete(tiny_disk / "out", server)
 
 
+@pytest.mark.slow
 def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     to = tmp_path / "out"
     served = server.served
@@ -380,6 +381,7 @@ def _first_batches(config: Path | str, overrides: list[str], save: Path, device)
     return lines, [dataset[i]["input_ids"].tolist() for i in indices]
 
 
+@pytest.mark.slow
 def test_training_on_the_copies_reads_the_same_tokens_as_on_the_server(tmp_path, device, capsys):
     data = write_corpus(tmp_path / "corpus")
     served = Served(files={"data/stage1.npy": (data / "stage1.npy").read_bytes()})

@@ -275,6 +275,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_remote_code_loads_with_only_transformers(tmp_path, tokenizer_file):
     ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
     hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
@@ -473,6 +474,7 @@ def test_reference_weights_and_pe_config_must_agree(tmp_path, tokenizer_file, ov
     assert sorted(p.name for p in tmp_path.iterdir()) == ["olmo", "ref"]
 
 
+@pytest.mark.slow
 def test_stock_olmo2_directories_still_load_as_stock_olmo2(tmp_path, tokenizer_file):
     ckpt, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file)
     hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
@@ -618,6 +620,7 @@ def test_converted_folders_follow_the_umask(tmp_path, tokenizer_file, umask):
 TASKS = ROOT / "olmo_repo" / "eval" / "lm_eval_tasks"
 
 
+@pytest.mark.slow
 def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
     """The README's lm-eval command (HF backend, remote code) on the tiny offline tasks; the multiple-choice
     accuracy it reports is the one the OLMo model gives by summing the choices' log-probabilities."""

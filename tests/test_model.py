@@ -17,9 +17,8 @@ from olmo_repo import (
     repo_layer_ids,
 )
 from olmo_repo.rope import (
-    _COMPILED,
-    _CompileOrFallBack,
-    _rotate_forward,
+    COMPILED_ROTATION,
+    f_phi,
     inv_frequencies,
     rotate,
     rotate_qk,
@@ -295,7 +294,7 @@ def test_the_compiled_rotation_compiles_and_a_failed_compile_falls_back_to_eager
     # dL/dz = sum_k f_k (g2 o1 - g1 o2) over d/2 pairs of q and k each, with o off by `roundings`.
     magnitude = 2 * inv_freq.double().sum() * (rotation_magnitude(q) + rotation_magnitude(k)).amax(-1)
     assert_within(grad_z, true_z, roundings=roundings + 8, magnitude=magnitude, what="compiled dL/dz")
-    assert all(c.compiled is not None and not c.failed for c in _COMPILED)
+    assert all(c.compiled is not None and not c.failed for c in COMPILED_ROTATION)
     q, z = q.detach(), z.detach()
 
     def broken_compile(fn, **kwargs):
@@ -305,8 +304,9 @@ def test_the_compiled_rotation_compiles_and_a_failed_compile_falls_back_to_eager
         return raise_
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    fallback = _CompileOrFallBack(_rotate_forward)
-    with pytest.warns(UserWarning, match="torch.compile of _rotate_forward failed.*no C\\+\\+ compiler"):
+    compiled_forward = COMPILED_ROTATION[0]
+    fallback = type(compiled_forward)(compiled_forward.fn)  # a fresh one: not yet compiled, not yet failed
+    with pytest.warns(UserWarning, match="torch.compile of rotate_forward failed.*no C\\+\\+ compiler"):
         out = fallback(z, inv_freq, [q, k])
     assert fallback.failed and all(torch.equal(a, b) for a, b in zip(out, expected))
     assert all(torch.equal(a, b) for a, b in zip(fallback(z, inv_freq, [q, k]), expected))  # warned once
@@ -418,13 +418,13 @@ def test_positions_are_fp32_results_of_bf16_inputs_under_bf16_autocast():
 
 
 def test_low_precision_projection_gradients_match_autograd_of_the_fp32_formula():
-    """`_LinearFp32Out`'s backward: the gradient rounded to bf16, then bf16 matmuls (as autocast's)."""
-    from olmo_repo.rope import _LinearFp32Out
+    """`LinearFp32Out`'s backward: the gradient rounded to bf16, then bf16 matmuls (as autocast's)."""
+    from olmo_repo.rope import LinearFp32Out
 
     x = torch.randn(2, 8, 64, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(2, 8, 16)
-    out = _LinearFp32Out.apply(x, w)
+    out = LinearFp32Out.apply(x, w)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, torch.nn.functional.linear(x.float(), w.float()), rtol=0, atol=0)
     grad_x, grad_w = torch.autograd.grad(out, (x, w), g)
@@ -465,7 +465,9 @@ def test_f_phi_is_recomputed_in_backward_in_mixed_precision(case):
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
             z = block.predict_positions(x)
         grads = torch.autograd.grad(z, weights, g)
-        direct = torch.autograd.grad(block._f_phi(x), weights, g)
+        direct = torch.autograd.grad(
+            f_phi(x, block.gate_map.weight, block.content_map.weight, block.final_map.weight), weights, g
+        )
     assert z.dtype == torch.float32
     assert [t.data_ptr() for t in saved if t.numel() >= 256] == [x.data_ptr()]
     for a, b in zip(grads, direct):

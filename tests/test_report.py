@@ -27,6 +27,7 @@ def models(tmp_path_factory, tokenizer_file):
     return out
 
 
+@pytest.mark.slow
 def test_report_end_to_end(models, tmp_path):
     (tmp_path / "notes.md").write_text("mine")
     report = write_report(

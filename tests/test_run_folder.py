@@ -15,11 +15,20 @@ import pytest
 import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
-from olmo_repo import RepoTrainConfig
-from olmo_repo.train.preflight import check_load_path_files
 from olmo_repo.train.run_folder import latest_intact_checkpoint
 
-from .training import STAGE1, STAGE2_REPO, make_trainer, small, subprocess_env, train_command, write_corpus
+from .training import (
+    STAGE1,
+    STAGE2_REPO,
+    make_trainer,
+    small,
+    subprocess_env,
+    train_command,
+    truncate,
+    write_corpus,
+)
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +45,6 @@ def rope_run(tmp_path_factory, device):
 def _copy(run: Path, tmp_path: Path) -> Path:
     shutil.copytree(run, tmp_path / "run", symlinks=True)  # OLMo links latest-unsharded to the latest
     return tmp_path / "run"
-
-
-def _truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def test_resuming_with_another_model_is_refused_with_the_keys(rope_run, tmp_path, device):
@@ -74,7 +79,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_intact_one(
 ):
     run, data = rope_run
     run = _copy(run, tmp_path)
-    _truncate(run / "step4-unsharded/model.pt")
+    truncate(run / "step4-unsharded/model.pt")
     overrides = small(data, run, max_duration=4, stop_at=4, save_interval_unsharded=2)
     with caplog.at_level(logging.WARNING, logger="olmo_repo.checkpoint"):
         with make_trainer(STAGE1, overrides, device) as trainer:
@@ -105,14 +110,14 @@ def test_latest_intact_checkpoint_covers_sharded_folders_and_refuses_when_none_i
             (run / name / file).parent.mkdir(parents=True, exist_ok=True)
             torch.save({"x": torch.zeros(1000)}, run / name / file)
     assert latest_intact_checkpoint(run) == run / "step6"
-    _truncate(run / "step6/train/rank1.pt")
+    truncate(run / "step6/train/rank1.pt")
     assert latest_intact_checkpoint(run) == run / "step4"
     assert (run / "step6.corrupt").is_dir()
     (run / "step4/model_and_optim/rank0.pt").write_bytes(b"")
     (run / "step4-unsharded/optim.pt").unlink()
     assert latest_intact_checkpoint(run) == run / "step2-unsharded"
     assert {"step4.corrupt", "step4-unsharded.corrupt"} <= {p.name for p in run.iterdir()}
-    _truncate(run / "step2-unsharded/train.pt")
+    truncate(run / "step2-unsharded/train.pt")
     with pytest.raises(
         OLMoCheckpointError, match=r"no intact checkpoint in .*step2-unsharded/train\.pt: truncated"
     ):
@@ -125,23 +130,13 @@ def test_a_truncated_load_path_file_fails_with_one_line_before_anything_is_writt
     run, data = rope_run
     broken = tmp_path / "broken"
     shutil.copytree(run / "step2-unsharded", broken)
-    _truncate(broken / "model.pt")
+    truncate(broken / "model.pt")
     save = tmp_path / "stage2"
     with pytest.raises(
         OLMoCheckpointError, match=rf"load_path={broken} cannot be loaded: {broken}/model\.pt: truncated"
     ):
         make_trainer(STAGE2_REPO, small(data, save, load_path=broken), device)
     assert not save.exists() or not any(save.iterdir())
-
-
-def test_a_sharded_load_path_needs_no_model_pt_but_intact_shards(tmp_path):
-    cfg = RepoTrainConfig(load_path=str(tmp_path / "step4"))
-    (tmp_path / "step4/train").mkdir(parents=True)
-    torch.save({"x": torch.zeros(100)}, tmp_path / "step4/train/rank0.pt")
-    check_load_path_files(cfg)
-    _truncate(tmp_path / "step4/train/rank0.pt")
-    with pytest.raises(OLMoCheckpointError, match=r"step4/train/rank0\.pt: truncated"):
-        check_load_path_files(cfg)
 
 
 def _closed_port() -> int:

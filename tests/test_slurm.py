@@ -25,6 +25,8 @@ import pytest
 
 from .training import ROOT, cli, free_port, small, write_corpus
 
+pytestmark = pytest.mark.slow
+
 CPU_JOB = ROOT / "scripts/slurm/train-cpu.sbatch"
 COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}

@@ -14,7 +14,6 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
-from olmo_repo.train import preflight
 from olmo_repo.train.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 
 from .conftest import tiny_config
@@ -41,6 +40,7 @@ def _stage1_optim_by_name(checkpoint) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow
 def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
     checkpoint, data = stage1
     stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
@@ -82,6 +82,7 @@ def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
             assert torch.equal(tensor, fresh_weights[key]), key
 
 
+@pytest.mark.slow
 def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, device):
     checkpoint, data = stage1
     # Weights converted from elsewhere: model.pt and a stock config.yaml, no optim.pt/train.pt, no -unsharded name.
@@ -112,6 +113,7 @@ def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, devi
         assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
 
 
+@pytest.mark.slow
 def test_bad_checkpoint_fails_through_the_trainer(stage1, tmp_path, device):
     checkpoint, data = stage1
     broken = tmp_path / "broken-unsharded"
@@ -166,44 +168,7 @@ def test_check_stage1_state_dict_names_what_is_wrong(repo_config, edit, message)
         check_stage1_state_dict(state_dict, repo_config)
 
 
-def _config(tmp_path, *extra: str) -> RepoTrainConfig:
-    data = write_corpus(tmp_path / "data", n_tokens=2_000)
-    return RepoTrainConfig.load(STAGE1, small(data, tmp_path / "run") + list(extra))
-
-
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (
-            ["data.paths=[/nonexistent/part-0.npy]"],
-            r"1 data file\(s\) do not exist: data\.paths: /nonexistent/part-0\.npy",
-        ),
-        (
-            ["load_path=/nonexistent/step3-unsharded"],
-            r"load_path=/nonexistent/step3-unsharded is not a directory",
-        ),
-        (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
-        (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
-        (["precision=amp_bf16"], r"precision=amp_bf16 on CPU needs FSDP's mixed precision.*--precision=fp32"),
-        (
-            ["global_train_batch_size=6", "device_train_microbatch_size=4"],
-            r"per-rank batch 6 \(global_train_batch_size=6 over 1 rank\(s\)\) is not a multiple of "
-            r"device_train_microbatch_size=4: pass --device_train_microbatch_size=N with N dividing 6",
-        ),
-    ],
-    ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
-)
-def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
-    with pytest.raises(OLMoConfigurationError, match=message):
-        preflight(_config(tmp_path, *extra), cuda=False, world_size=1)
-
-
-def test_preflight_unwritable_save_folder(tmp_path):
-    (tmp_path / "file").write_text("")
-    with pytest.raises(OLMoConfigurationError, match=r"save_folder=.*file/run is not writable"):
-        preflight(_config(tmp_path, f"save_folder={tmp_path / 'file/run'}"), cuda=False, world_size=1)
-
-
+@pytest.mark.slow
 def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
     checkpoint, data = stage1
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(checkpoint.parent))
@@ -220,6 +185,7 @@ def test_stage1_init_from_an_http_url(stage1, tmp_path, device):
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
     """OLMo-2's released stage-1 optim.pt comes from FSDP: state and params keyed by parameter name."""
     checkpoint, data = stage1
@@ -248,6 +214,7 @@ def test_stage1_optimizer_saved_by_fsdp_is_continued(stage1, tmp_path, device):
     assert {n for g in surgery["param_groups"] for n in g["params"]} == set(by_name) | repo
 
 
+@pytest.mark.slow
 def test_a_folder_without_checkpoint_is_a_new_run(stage1, tmp_path, device):
     """A run that failed or was killed before its first save left only its config and data order: the same
     command starts again, and so does a corrected one; a config.yaml that no run here wrote is refused."""

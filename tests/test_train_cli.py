@@ -30,6 +30,8 @@ from .training import (
     write_corpus,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def _run(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
     result = subprocess.run(cmd, env=subprocess_env(**env), capture_output=True, text=True, timeout=300)

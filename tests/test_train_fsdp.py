@@ -1,6 +1,7 @@
 """FSDP on CPU (gloo, 2 processes) through scripts/train.py: the recipe's stage-1 -> RePo stage-2 path with
-sharded `olmo_core` checkpoints, a kill and a resume, unshard -> HF, FSDP against DDP, and the preflight
-refusals. Runs are shared between tests through module fixtures (each torchrun start costs seconds)."""
+sharded `olmo_core` checkpoints, a kill and a resume, unshard -> HF, and FSDP against DDP (the preflight
+refusals are in test_preflight.py). Runs are shared between tests through module fixtures (each torchrun
+start costs seconds)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from olmo.exceptions import OLMoConfigurationError
 from transformers import AutoModelForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
@@ -36,6 +36,8 @@ from .training import (
     torchrun_command,
     write_corpus,
 )
+
+pytestmark = pytest.mark.slow
 
 U32 = 2.0**-24  # unit roundoff of fp32
 U_BF16 = 2.0**-8  # unit roundoff of bf16
@@ -248,64 +250,3 @@ def test_fsdp_matches_ddp_in_fp32_and_bf16_within_rounding(data, stage1, stage2)
     keys = [f"train/positions/layer{i}/{stat}" for i in repo_layer_ids(model) for stat in ("min", "max")]
     extremes = [r[key] for r in records for key in keys if key in r]
     assert extremes and any(torch.tensor(v).bfloat16().item() != v for v in extremes)
-
-
-def _config(tmp_path, *extra: str) -> RepoTrainConfig:
-    data = write_corpus(tmp_path / "data", n_tokens=2_000)
-    return RepoTrainConfig.load(STAGE1, small(data, tmp_path / "run") + list(extra))
-
-
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (
-            ["sharded_checkpointer=torch_new"],
-            r"=torch_new fails at the first save.*: pass --sharded_checkpointer=olmo_core",
-        ),
-        (
-            ["sharded_checkpointer=torch_legacy"],
-            r"=torch_legacy saves files that cannot be resumed.*=olmo_core",
-        ),
-        (
-            ["sharded_checkpointer=local"],
-            r"=local raises NotImplementedError.*: pass --sharded_checkpointer=olmo_core",
-        ),
-        (["load_path_sharded_checkpointer=torch_new"], r"pass --load_path_sharded_checkpointer=olmo_core"),
-        (
-            ["fsdp.use_orig_params=false"],
-            r"sharded_checkpointer=olmo_core needs --fsdp\.use_orig_params=true",
-        ),
-        (
-            ["fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.hybrid_sharding_num_model_replicas=2"],
-            r"HYBRID_SHARD with 2 replicas of one rank each does not synchronise gradients",
-        ),
-        (
-            ["fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.hybrid_sharding_num_model_replicas=3"],
-            r"hybrid_sharding_num_model_replicas=3 must be positive and divide the 2 ranks",
-        ),
-        (
-            ["fsdp.precision=null", "precision=amp_bf16"],
-            r"precision=amp_bf16 on CPU needs FSDP's mixed precision",
-        ),
-    ],
-    ids=[
-        "torch_new",
-        "torch_legacy",
-        "local",
-        "load-torch_new",
-        "orig-params",
-        "hybrid-1",
-        "hybrid-3",
-        "bf16",
-    ],
-)
-def test_fsdp_preflight_refuses_what_cannot_work_in_one_line(tmp_path, extra, message):
-    with pytest.raises(OLMoConfigurationError, match=message) as error:
-        preflight(_config(tmp_path, "distributed_strategy=fsdp", *extra), cuda=False, world_size=2)
-    assert len(str(error.value).splitlines()) == 2  # the header and one line for the one problem
-
-
-def test_fsdp_preflight_accepts_bf16_through_fsdp_on_cpu(tmp_path):
-    cfg = _config(tmp_path, "distributed_strategy=fsdp", "precision=amp_bf16", "fsdp.precision=mixed")
-    preflight(cfg, cuda=False, world_size=2)
-    assert cfg.distributed_strategy == "fsdp"  # nothing switches silently

@@ -43,6 +43,7 @@ def _run(cmd: list[str]) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     data = write_corpus(tmp_path / "data")
     _run(train_command(STAGE1, small(data, tmp_path / "stage1", **GPU)))
@@ -58,6 +59,7 @@ def test_fsdp_stage1_then_repo_stage2_on_nccl_with_cuda_autocast(tmp_path):
     assert "transformer.blocks.1.gate_map.weight" in weights
 
 
+@pytest.mark.slow
 def test_fsdp_run_stopped_by_sigusr1_saves_a_sharded_checkpoint_and_resumes(tmp_path):
     """FSDP takes OLMo's other cancel branch: a sharded checkpoint at the stop step (as with the official configs,
     which keep no periodic sharded checkpoints: save_num_checkpoints_to_keep=0)."""
@@ -81,7 +83,7 @@ def test_fsdp_run_stopped_by_sigusr1_saves_a_sharded_checkpoint_and_resumes(tmp_
 def test_f_phi_projections_are_bf16_gemms_with_fp32_results_on_cuda():
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from olmo_repo.rope import _LinearFp32Out
+    from olmo_repo.rope import LinearFp32Out
 
     class Ops(TorchDispatchMode):
         def __init__(self) -> None:
@@ -95,7 +97,7 @@ def test_f_phi_projections_are_bf16_gemms_with_fp32_results_on_cuda():
     x = torch.randn(4, 512, 2048, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(256, 2048, device="cuda", dtype=torch.bfloat16) / 45
     with Ops() as ops:
-        out = _LinearFp32Out.apply(x, w)
+        out = LinearFp32Out.apply(x, w)
     assert ("aten.mm.dtype", torch.bfloat16) in ops.seen and out.dtype == torch.float32
     exact = torch.nn.functional.linear(x.double(), w.double())
     # Exact bf16 products summed over 2048 in fp32: at most 2048 roundings of the sum of |products|.
@@ -129,14 +131,14 @@ def test_repo_model_with_flash_attention_matches_sdpa_in_bf16():
 
 
 def test_rotation_runs_compiled_on_cuda_and_matches_float64():
-    from olmo_repo.rope import _COMPILED, inv_frequencies, rotate_qk
+    from olmo_repo.rope import COMPILED_ROTATION, inv_frequencies, rotate_qk
 
     q, k = torch.randn(2, 4, 64, 32, device="cuda"), torch.randn(2, 4, 64, 32, device="cuda")
     z = (torch.randn(2, 4, 64, device="cuda") * 100).requires_grad_()
     inv_freq = inv_frequencies(32, 500_000.0, torch.device("cuda"))
     q.requires_grad_()
     out = rotate_qk(q, k, z, inv_freq)  # CUDA tensors: compiled by default
-    assert all(c.compiled is not None and not c.failed for c in _COMPILED)
+    assert all(c.compiled is not None and not c.failed for c in COMPILED_ROTATION)
     grads = torch.autograd.grad(sum(o.sum() for o in out), (q, z))
     q64, z64 = q.detach().double().requires_grad_(), z.detach().double().requires_grad_()
     exact = rotate_qk(q64, k.double(), z64, inv_freq.double(), compiled=False)

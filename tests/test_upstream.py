@@ -66,6 +66,7 @@ def test_a_changed_source_fails_the_canary(monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
     """`import olmo_repo.hf` (all a user of a converted model needs) loads neither ai2-olmo nor the factory;
     the OLMo side installs the factory on first use; torch is patched only when an entry point asks."""

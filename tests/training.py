@@ -36,6 +36,24 @@ def write_corpus(data_dir: Path, n_tokens: int = 12_000) -> Path:
     return data_dir
 
 
+def truncate(path: Path) -> None:
+    """Cut a file to half its size (a copy or upload that stopped midway)."""
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's indented blocks, continuation lines joined, comments dropped."""
+    commands, current = [], ""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if not line.startswith("    ") or line.strip().startswith("#"):
+            continue
+        current += line.strip().removesuffix("\\")
+        if not line.endswith("\\"):
+            commands.append(current.split("  #")[0].strip())
+            current = ""
+    return commands
+
+
 def small(data_dir: Path, save_folder: Path, **extra: object) -> list[str]:
     """`key=value` overrides: a 3-layer d=32 model on a 128-token vocabulary, 4 x 32 tokens per step."""
     values: dict[str, object] = {

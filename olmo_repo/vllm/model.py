@@ -36,7 +36,7 @@ from vllm.model_executor.models.utils import (
     maybe_prefix,
 )
 
-from ..rope import _rotate_forward, f_phi
+from ..rope import f_phi, rotate_forward
 from ..upstream.vllm import Olmo2Attention, Olmo2MLP
 from .config import repo_config
 
@@ -85,7 +85,7 @@ class RepoOlmo2Attention(Olmo2Attention):
         q, k = self._apply_qk_norm(q, k)  # [T, H * d_head]
         n = q.shape[0]
         # rotate_qk's forward math without its autograd wrapper, which torch.compile (vLLM's) cannot trace
-        q, k = _rotate_forward(
+        q, k = rotate_forward(
             self.predict_positions(hidden_states),
             self.inv_freq.float(),
             [q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)],

@@ -249,7 +249,7 @@ def test_tensor_parallel_shards_reproduce_tp1(tp):
     model's weight loader, predicts its heads' positions and rotates its heads; stacked, that is TP=1 (to fp32 rounding)."""
     from types import SimpleNamespace
 
-    from olmo_repo.rope import _rotate_forward, f_phi, inv_frequencies
+    from olmo_repo.rope import f_phi, inv_frequencies, rotate_forward
     from olmo_repo.vllm.model import RepoOlmo2Attention
 
     gen = torch.Generator().manual_seed(0)
@@ -262,7 +262,7 @@ def test_tensor_parallel_shards_reproduce_tp1(tp):
 
     def attention_inputs(final_rows: torch.Tensor, heads: slice) -> list[torch.Tensor]:
         z = f_phi(x.unsqueeze(0), gate, content, final_rows)[0].t()  # [T, H / tp], as the model computes it
-        return _rotate_forward(z, inv_freq, [q[:, heads], k[:, heads]])
+        return rotate_forward(z, inv_freq, [q[:, heads], k[:, heads]])
 
     full = attention_inputs(final, slice(None))
     shards = []
