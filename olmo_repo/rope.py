@@ -128,6 +128,8 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
 
 
 def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
+    """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., T, d]
+    rotated by positions [..., T] (broadcast over x's leading dims), fp32 angles."""
     with torch.autocast(positions.device.type, enabled=False):
         dtype = _compute_dtype(xs[0], positions)
         cos, sin = _cos_sin(positions, inv_freq, dtype)
