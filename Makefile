@@ -25,9 +25,11 @@ $(VENV)/.installed: pyproject.toml
 system-deps:
 	@bash tests/system-deps.sh $(SYSTEM_DEPS)
 
-test: install system-deps
+# The suite, then the vLLM tests in their own environment (tests/vllm/, README "Serving and evaluating with vLLM").
+test: install system-deps install-vllm
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+	$(VBIN)/python -m pytest -q --confcutdir tests/vllm tests/vllm
 
 # The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
 test-fast: install

