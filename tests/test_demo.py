@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +18,22 @@ import torch
 
 from olmo_repo.demo import BASE_DIR, config_path
 from olmo_repo.demo.folder import DemoFolder
+from olmo_repo.demo.run import separation
 from olmo_repo.demo.training import positions_summary
 from olmo_repo.errors import CorruptFileError, RepoError
 
 from .conftest import ROOT
 
 DEMO = ROOT / "scripts/demo.py"
-CONFIGS = ("base-rope", "stage1-rope", "stage2-repo", "stage2-rope")
+CONFIGS = ("base-rope", "stage1-rope", "stage2-nope", "stage2-repo", "stage2-rope")
 
 
 def test_help_explains_the_folder_and_starts_nothing(tmp_path):
     result = subprocess.run(
         [sys.executable, str(DEMO), "--help"], capture_output=True, text=True, cwd=tmp_path
     )
-    assert result.returncode == 0 and result.stdout.startswith("usage: demo.py [-h] [OUT_DIR]")
-    assert "previous demo's, whose outputs are replaced" in " ".join(result.stdout.split())
+    assert result.returncode == 0 and result.stdout.startswith("usage: demo.py [-h]")
+    assert "previous demo's, which is resumed" in " ".join(result.stdout.split())
     assert not any(tmp_path.iterdir())  # no folder named --help
     # The commands parse before any heavy import: --help answers at once.
     light = "import sys, olmo_repo.cli.demo, olmo_repo.cli.demo_base; assert 'torch' not in sys.modules"
@@ -98,9 +100,18 @@ def test_demo_constants_are_the_configs():
         assert config.model.vocab_size == config.model.embedding_size == demo.VOCAB
         assert (config.model.eos_token_id, config.model.pad_token_id) == (0, 1)
         assert config.global_train_batch_size == demo.BATCH
-    # Stage 1 continues the base model, stage 2 stage 1: the same model, RePo aside.
-    assert all(c.model == base.model for c in [stage1, stage2[1]])
-    assert {k: v for k, v in stage2[0].model.items() if not k.startswith("pe_")} == base.model
+    # Stage 1 continues the base model, stage 2 stage 1: the same model, the position modes aside; NoPE and
+    # RePo on the same layers; the three stage-2 runs read the same batches with the same evaluators.
+    nope, repo, rope = stage2
+    assert all(c.model == base.model for c in [stage1, rope])
+    assert all(
+        {k: v for k, v in c.model.items() if not k.startswith("pe_")} == base.model for c in (nope, repo)
+    )
+    assert (nope.model.pe_mode, repo.model.pe_mode) == ("nope", "repo")
+    assert nope.model.pe_start_layer == repo.model.pe_start_layer
+    drop = ("run_name", "save_folder", "model")  # save_folder: runs/${run_name}
+    assert all({k: v for k, v in c.items() if k not in drop} == {k: v for k, v in rope.items() if k not in drop}
+               for c in (nope, repo))  # fmt: skip
     assert demo.SPLIT_WINDOWS["base"] == base.max_duration * demo.BATCH == BASE_STEPS * demo.BATCH
     assert demo.SPLIT_WINDOWS["stage1"] == stage1.max_duration * demo.BATCH  # every window read once
     assert all(demo.SPLIT_WINDOWS["stage2"] == c.max_duration * demo.BATCH for c in stage2)
@@ -265,3 +276,49 @@ def test_a_corrupt_shipped_base_stops_the_demo_in_one_line(tmp_path):
     assert f"{base / 'model.safetensors'} cannot be read" in message and "make demo-base" in message
     assert "\n" not in message
     assert [p.name for p in (tmp_path / "demo").iterdir()] == [".olmo-repo-demo"]  # nothing half-written
+
+
+def test_separation_says_whether_and_when_repo_leads_nope_to_the_end():
+    nope = {0: 0.0, 50: 0.2, 100: 0.3, 150: 0.3, 200: 0.4}
+    late = separation({0: 0.0, 50: 0.15, 100: 0.45, 150: 0.5, 200: 0.6}, nope)
+    assert "separates from NoPE at step 100" in late and "+20 at step 200" in late
+    back = separation({0: 0.0, 50: 0.5, 100: 0.35, 150: 0.35, 200: 0.45}, nope)  # a lead that does not last
+    assert "does not separate" in back and "largest lead is +30 points at step 50" in back
+
+
+@pytest.mark.slow
+def test_an_interrupted_demo_resumes_without_retraining_a_finished_stage(tmp_path):
+    """Stop the demo once stage 1 is done (the report already holds its training table); a rerun says stage 1
+    is skipped, leaves its files as they were, and goes on with stage 2."""
+    out = tmp_path / "demo"
+    cmd = [sys.executable, str(DEMO), str(out), "--steps", "2", "2", "--procs", "1"]
+
+    def run_until(condition, log: Path) -> None:
+        with open(log, "w") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            for _ in range(1200):
+                if condition() or proc.poll() is not None:
+                    break
+                time.sleep(0.25)
+            assert condition(), log.read_text()[-3000:]
+        finally:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+    stages = out / "stages.json"
+
+    def stage1_done() -> bool:
+        return stages.is_file() and bool(json.loads(stages.read_text()).get("stage1-rope", {}).get("done"))
+
+    run_until(stage1_done, tmp_path / "first.log")
+    assert "stage1-rope" in (out / "report.md").read_text()  # written as soon as stage 1 was done
+    metrics = out / "stage1-rope/metrics.jsonl"
+    before = (metrics.read_bytes(), metrics.stat().st_mtime_ns)
+
+    second = tmp_path / "second.log"
+    run_until(lambda: second.is_file() and "== stage2-rope" in second.read_text(), second)
+    text = second.read_text()
+    assert "Base model: converted before, skipped" in text and "built before, skipped" in text
+    assert "stage1-rope: finished before with the same inputs, skipped" in text
+    assert (metrics.read_bytes(), metrics.stat().st_mtime_ns) == before

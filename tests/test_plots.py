@@ -49,9 +49,20 @@ def test_each_plot_is_written(tmp_path):
         plots.plot_niah_accuracy(
             {"RePo": {128: 0.9, 256: 0.6, 512: 0.3}, "RoPE": {128: 0.8, 256: 0.4}}, tmp_path / "niah.png"
         ),
+        plots.plot_niah_curves(
+            {
+                "seen": {"RoPE": {0: 1.0, 50: 0.9}, "RePo": {0: 0.1, 50: 0.4}},
+                "held out": {"RoPE": {0: 0.2, 50: 0.25}, "RePo": {0: 0.0, 50: 0.1}},
+            },
+            tmp_path / "curves.png",
+            baseline={"seen": 1.0, "held out": 0.2},
+            start=0,
+        ),
     ]
     for path in written:
         _check_png(path)
+    with pytest.raises(ValueError, match="no curves"):
+        plots.plot_niah_curves({"seen": {}}, tmp_path / "empty.png")
     # A long text: labels are thinned out, not dropped.
     _check_png(plots.plot_positions(torch.randn(1000), ["tok"] * 1000, tmp_path / "long.png"))
 

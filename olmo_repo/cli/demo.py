@@ -38,13 +38,23 @@ def main(argv: list[str] | None = None) -> int:
         help="training processes per run, one thread each (default: 2, torchrun's layout; 1: one process "
         "with torch's default threads)",
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        nargs=2,
+        metavar=("STAGE1", "STAGE2"),
+        help="training steps of stage 1 and of stage 2 (default: the configs', 100 and 300; at most 100 and "
+        "300, the corpus's length)",
+    )
     args = parser.parse_args(argv)
     if args.samples < 1 or args.procs < 1:
         parser.error("--samples and --procs must be at least 1")
+    if args.steps is not None and not (0 < args.steps[0] <= 100 and 0 < args.steps[1] <= 300):
+        parser.error(f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..100 steps, stage 2 1..300")
     from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
 
     try:
-        run_demo(args.out_dir, samples=args.samples, procs=args.procs)
+        run_demo(args.out_dir, samples=args.samples, procs=args.procs, steps=args.steps and tuple(args.steps))
     except RepoError as e:
         return fail(parser.prog, e)
     return 0

@@ -33,7 +33,7 @@ from . import BASE_DIR, config_path
 from .folder import DemoFolder
 from .training import RunResult, niah_curves, run_training, summarise
 
-__all__ = ["PROCS", "STAGE2", "run_demo"]
+__all__ = ["PROCS", "STAGE2", "run_demo", "separation"]
 
 STAGE2 = {"RoPE": "stage2-rope", "RePo": "stage2-repo", "NoPE": "stage2-nope"}
 """The stage-2 runs (the paper's three rows), by the name the report gives their models."""
@@ -113,12 +113,17 @@ def _train(
 
 
 def run_demo(
-    out: Path = Path("runs/demo"), samples: int = 10, base_dir: Path = BASE_DIR, procs: int = PROCS
+    out: Path = Path("runs/demo"),
+    samples: int = 10,
+    base_dir: Path = BASE_DIR,
+    procs: int = PROCS,
+    steps: tuple[int, int] | None = None,
 ) -> list[RunResult]:
     """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
     corpus, stage 1, the three stage-2 runs, and the report (`samples` NIAH prompts per variant and length);
-    `procs` training processes per run. A refused folder or a damaged base model raises `RepoError` before
-    anything is written; an interrupted demo resumes where it stopped."""
+    `procs` training processes per run; `steps`: the lengths of stage 1 and stage 2 (default: the configs',
+    100 and 300). A refused folder or a damaged base model raises `RepoError` before anything is written; an
+    interrupted demo resumes where it stopped."""
     start = time.monotonic()
     if 8 % procs:  # corpus.BATCH, split evenly over the processes
         raise RepoError(f"procs={procs} must divide the demo's batch of 8 sequences: 1, 2, 4 or 8")
@@ -158,14 +163,19 @@ def run_demo(
     report = folder.entry("report.md")
     figures = folder.entry("figures")
     data = f"--data_prefix={data_dir}"
-    init = (f"--load_path={folder.path / 'base'}", "--reset_optimizer_state=true")
+    length = (
+        [() for _ in range(2)]
+        if steps is None
+        else [(f"--max_duration={n}", f"--stop_at={n}") for n in steps]
+    )
+    init = (f"--load_path={folder.path / 'base'}", "--reset_optimizer_state=true", *length[0])
     stage1, stage1_digest = _train(folder, "stage1-rope", corpus_digest, data, *init, procs=procs)
     results = [stage1]
     _write(report, _preamble(results))
     digests = {}
     for label, name in STAGE2.items():
         result, digests[label] = _train(
-            folder, name, stage1_digest, data, f"--load_path={stage1.checkpoint}", procs=procs
+            folder, name, stage1_digest, data, f"--load_path={stage1.checkpoint}", *length[1], procs=procs
         )
         results.append(result)
         curves = _curves_section(
@@ -198,7 +208,7 @@ def run_demo(
         preamble=_preamble(results) + _curves_section(folder, figures, report.parent, list(STAGE2.values())),
         groups={"seen": seen, "held out": [v for v in _variants() if v not in seen]},
         samples=samples,
-        tokens=(results[1].steps - stage1.steps) * corpus.BATCH * corpus.SEQ_LEN,
+        tokens=results[1].steps * corpus.BATCH * corpus.SEQ_LEN,  # stage 2 counts its steps from 0
     )
     folder.finish("report")
     print(f"\nDemo finished in {time.monotonic() - start:.0f} s. Report: {report}", flush=True)
@@ -288,11 +298,11 @@ def _curves_section(folder: DemoFolder, figures: Path, links_from: Path, done: l
         )
         lines.append(f"- {group}: at step {start} {at_start}; at step {end} {at_end}.")
     if "RePo" in runs and "NoPE" in runs:
-        lines.append("\n" + _separation(runs["RePo"]["seen"], runs["NoPE"]["seen"]))
+        lines.append("\n" + separation(runs["RePo"]["seen"], runs["NoPE"]["seen"]))
     return "\n".join(lines) + "\n"
 
 
-def _separation(repo: dict[int, float], nope: dict[int, float]) -> str:
+def separation(repo: dict[int, float], nope: dict[int, float]) -> str:
     """Whether and when RePo leads NoPE by `SEPARATION` on the seen variants, to the end of the run."""
     steps = sorted(set(repo) & set(nope))
     gaps = {s: repo[s] - nope[s] for s in steps}
