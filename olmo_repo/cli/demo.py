@@ -43,14 +43,14 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs=2,
         metavar=("STAGE1", "STAGE2"),
-        help="training steps of stage 1 and of stage 2 (default: the configs', 100 and 300; at most 100 and "
-        "300, the corpus's length)",
+        help="training steps of stage 1 and of stage 2 (default: the configs', 100 and 200; at most 100 and "
+        "200, the corpus's length)",
     )
     args = parser.parse_args(argv)
     if args.samples < 1 or args.procs < 1:
         parser.error("--samples and --procs must be at least 1")
-    if args.steps is not None and not (0 < args.steps[0] <= 100 and 0 < args.steps[1] <= 300):
-        parser.error(f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..100 steps, stage 2 1..300")
+    if args.steps is not None and not (0 < args.steps[0] <= 100 and 0 < args.steps[1] <= 200):
+        parser.error(f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..100 steps, stage 2 1..200")
     from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
 
     try:

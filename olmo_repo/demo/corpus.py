@@ -36,7 +36,7 @@ VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 
 SPECIALS = ("<|endoftext|>", "<|pad|>")
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
 # The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo.base`), not the demo's.
-SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 300 * BATCH, "val": 4 * BATCH}
+SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 200 * BATCH, "val": 4 * BATCH}
 NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
 TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (seed 42) never uses
 

@@ -122,7 +122,7 @@ def run_demo(
     """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
     corpus, stage 1, the three stage-2 runs, and the report (`samples` NIAH prompts per variant and length);
     `procs` training processes per run; `steps`: the lengths of stage 1 and stage 2 (default: the configs',
-    100 and 300). A refused folder or a damaged base model raises `RepoError` before anything is written; an
+    100 and 200). A refused folder or a damaged base model raises `RepoError` before anything is written; an
     interrupted demo resumes where it stopped."""
     start = time.monotonic()
     if 8 % procs:  # corpus.BATCH, split evenly over the processes
@@ -238,7 +238,7 @@ def _preamble(results: list[RunResult]) -> str:
         f"checkpoint with RoPE, with RePo on layers 1-3 and with NoPE on the same layers (stage 2), on a generated "
         f'corpus with RULER NIAH documents ({", ".join(NIAH_VARIANTS)}: the "seen" variants; seeds the '
         f"evaluation does not use), short retrieval practice and stories.\n\n## Training\n\n"
-        f"{markdown_table(_HEADER, _rows(results))}\n\nLosses are token cross-entropy (nats).\n"
+        f"{markdown_table(_HEADER, _rows(results))}\n\nLosses are token cross-entropy (nats).\n\n"
     )
 
 
