@@ -229,9 +229,10 @@ def plot_niah_curves(
         raise ValueError("no curves to plot")
     fig, axes = _figure(5.5 * len(curves), 4.0, ncols=len(curves))
     for ax, (group, by_model) in zip(axes, curves.items()):
-        for model, by_step in by_model.items():
+        for i, (model, by_step) in enumerate(by_model.items()):
             steps = sorted(by_step)
-            ax.plot(steps, [100 * by_step[s] for s in steps], marker="o", markersize=4, label=model)
+            marker = "osD^v"[i % 5]  # lines that coincide stay visible
+            ax.plot(steps, [100 * by_step[s] for s in steps], marker=marker, markersize=7 - i, label=model)
         if baseline is not None and group in baseline:
             ax.axhline(100 * baseline[group], color="grey", linestyle="--", linewidth=1, label="base model")
         if start is not None:
