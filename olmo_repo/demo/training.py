@@ -137,7 +137,7 @@ class _Progress:
             if LOSS in record:
                 self._step(record)
 
-    def _step(self, record: dict[str, Any]) -> None:
+    def _read_config(self) -> None:
         if self.max_steps is None:
             config = OmegaConf.load(self.path.parent / "config.yaml")
             duration = config.get("max_duration")
@@ -145,6 +145,9 @@ class _Progress:
             self.variants = sum(
                 str(e.get("label", "")).startswith("niah_") for e in config.get("evaluators", [])
             )
+
+    def _step(self, record: dict[str, Any]) -> None:
+        self._read_config()
         step, now = record["step"], time.monotonic()
         self.first = self.first or (step, now)
         eta = ""
