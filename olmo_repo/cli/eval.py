@@ -77,9 +77,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
                    help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
                    "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
-    p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
-                   help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
-                   "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, samples.jsonl)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace this tool's outputs in a non-empty --out"
@@ -186,12 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
                 model = load_vllm(hf_dir, length, yarn, dtype, args.batch_size)
             else:
-                if args.backend == "vllm":
-                    from ..vllm.eval import load_vllm
-
-                    model = load_vllm(hf_dir, length, yarn, dtype, args.batch_size)
-                else:
-                    model = load_model(hf_dir, length, yarn, dtype, device)
+                model = load_model(hf_dir, length, yarn, dtype, device)
             results["lengths"][str(length)] = {
                 "yarn_factor": factor,
                 "rope_parameters": dict(model.config.rope_parameters or {}),
@@ -212,10 +204,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for variant, row in scores.items():
                     results["scores"].setdefault(variant, {}).update(row)
                 records += stage_records
-            if args.backend == "vllm":  # the next length starts its own engine
-                from ..vllm.eval import release
-
-                release(model)
             if args.backend == "vllm":  # the next length starts its own engine
                 from ..vllm.eval import release
 
