@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from ..errors import CorruptFileError, RepoError
+from ..integrity import require_model_dir
 from ..tables import markdown_table
 from . import BASE_DIR, config_path
 from .folder import DemoFolder
@@ -133,17 +134,18 @@ def run_demo(
     from . import corpus
     from .base import base_tokenizer
 
-    tokenizer = base_tokenizer(base_dir)
+    try:  # the base model's files first: a damaged one stops the demo before anything is written
+        require_model_dir(base_dir)
+        tokenizer = base_tokenizer(base_dir)
+    except (OSError, CorruptFileError) as e:
+        raise CorruptFileError(
+            f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
+        ) from e
     base_digest = _digest(*(p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()))
     if folder.stage("base", base_digest, ["base"]) == "done":
         print("Base model: converted before, skipped", flush=True)
-    else:
-        try:  # an unsharded checkpoint at step 0, without optimizer state; written only once complete
-            convert_from_hf(base_dir, folder.entry("base"), force=True)
-        except (OSError, CorruptFileError) as e:
-            raise CorruptFileError(
-                f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
-            ) from e
+    else:  # an unsharded checkpoint at step 0, without optimizer state; written only once complete
+        convert_from_hf(base_dir, folder.entry("base"), force=True)
         folder.finish("base")
         print(f"Base model {base_dir} -> {folder.path / 'base'}", flush=True)
 
