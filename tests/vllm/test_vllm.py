@@ -222,7 +222,7 @@ def test_unrunnable_checkpoints_are_refused_at_load_with_one_line(tmp_path, case
 def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path):
     """`scripts/eval.py --backend vllm` vs `--backend hf` on a tiny RePo model: the same NIAH prompts (lm-eval,
     both backends), YaRN from the training length (256) to 640, the same greedy outputs, so the same scores."""
-    from olmo_repo.eval import cli
+    from olmo_repo.cli import eval as cli
 
     tiny.save(tmp_path / "m", pe_mode="repo", pe_start_layer=1, max_position_embeddings=256)
     results = {}
