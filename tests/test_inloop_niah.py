@@ -159,6 +159,7 @@ def _lm(data: Path) -> str:
             "evaluators[1].subset_num_batches",
             "",
         ),
+        ("{label: niah_single_1, type: downstream, prompts: 0}", "evaluators[1].prompts=0", "at least one"),
     ],
 )
 def test_a_bad_entry_is_refused_with_one_line_naming_the_key(data, tmp_path, entry, key, says):
@@ -180,6 +181,18 @@ def test_the_train_command_refuses_a_bad_entry_before_training(data, tmp_path):
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "evaluators[0].label" in line]
     assert len(lines) == 1 and "unknown NIAH variant 'niah_multikey_9'" in lines[0], result.stderr[-3000:]
     assert not (save / "config.yaml").exists() and not (save / "metrics.jsonl").exists()
+
+
+def test_prompts_sets_the_prompt_count_of_niah_entries_only(data, tmp_path):
+    install()
+    entries = f"[{_lm(data)}, {{label: niah_multikey_1, type: downstream, prompts: 3}}]"
+    cfg = RepoTrainConfig.load(STAGE1, _overrides(data, tmp_path, entries))
+    _, niah_evaluator = build_evaluators(cfg, torch.device("cpu"))
+    assert isinstance(niah_evaluator, NiahEvaluator) and niah_evaluator.eval_metric.gold.numel() == 3
+    stock_with_prompts = _lm(data).replace("type: lm,", "type: lm, prompts: 3,")
+    cfg = RepoTrainConfig.load(STAGE1, _overrides(data, tmp_path, f"[{stock_with_prompts}]"))
+    with pytest.raises(OLMoConfigurationError, match=r"^evaluators\[0\]\.prompts: only NIAH evaluators"):
+        build_evaluators(cfg, torch.device("cpu"))
 
 
 def test_other_entries_build_as_stock(data, tmp_path):

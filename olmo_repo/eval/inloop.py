@@ -263,7 +263,8 @@ def build_niah_evaluator(
         raise OLMoConfigurationError(
             f"{key}.label: {label!r} asks for {length} tokens, past model.max_sequence_length ({max_len})"
         )
-    prompts = getattr(eval_config, "prompts", None) or prompts  # RepoEvaluatorConfig.prompts
+    if (configured := getattr(eval_config, "prompts", None)) is not None:  # RepoEvaluatorConfig.prompts
+        prompts = configured
     if prompts < 1:
         raise OLMoConfigurationError(f"{key}.prompts={prompts}: a NIAH evaluator needs at least one prompt")
     if eval_config.subset_num_batches is not None:
