@@ -258,6 +258,32 @@ def test_the_loss_trajectory_is_bit_identical_with_and_without_it(data, tmp_path
     assert "eval/niah_multikey_1/logprob=" in runs["with"][1]  # the console, OLMo's format
 
 
+@pytest.mark.slow
+def test_eval_on_load_scores_a_checkpoint_loaded_at_step_0(data, tmp_path):
+    """A continual pre-training from a checkpoint at step 0 (a converted model) with `eval_on_load`: the first
+    records of metrics.jsonl are the evaluators' at step 0, before any training step (stock OLMo: none)."""
+
+    def train(save: Path, **extra: object) -> list[dict]:
+        overrides = _overrides(
+            data, save, _entries("niah_single_1", prompts=2), max_duration=1, stop_at=1, **extra
+        )
+        cmd = [sys.executable, str(TRAIN_SCRIPT), str(STAGE1), *cli(overrides)]
+        result = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
+
+    first = train(tmp_path / "first", no_pre_train_checkpoint="false", eval_interval=1000)
+    assert not any(r["step"] == 0 and "eval/niah_single_1/exact_match" in r for r in first)  # nothing loaded
+    records = train(
+        tmp_path / "second",
+        load_path=tmp_path / "first/step0-unsharded",
+        eval_on_load="true",
+        eval_interval=1000,
+    )
+    assert "eval/niah_single_1/exact_match" in records[0] and records[0]["step"] == 0
+    assert [r["step"] for r in records if "train/CrossEntropyLoss" in r] == [1]
+
+
 # ------------------------------------------------------------------------------------------- worker
 
 
