@@ -1,10 +1,13 @@
-"""Measuring what RePo learned and what it is for.
+"""Measuring what RePo learned and what it is for (the commands are `olmo_repo.cli.eval` and
+`olmo_repo.cli.plot_positions`).
 
-- `niah`: RULER needle-in-a-haystack, offline (`essays`: the offline haystack and sentence-splitter data).
+- `variants`: the NIAH variants and constants, light enough for the commands' argument parsing.
+- `niah`: RULER needle-in-a-haystack, offline (`essays`: the offline haystack).
+- `ruler`: RULER's synthetic tasks, bounded by the sample count and checked against their shortest length.
 - `suite`: the paper's evaluation suite as lm-eval task groups (`lm_eval_tasks/`).
+- `inloop`: NIAH as an in-loop evaluator of OLMo's Trainer.
 - `loading`: a model at a target length, with YaRN past its training length.
-- `cli`: `scripts/eval.py`.
 - `positions`: chunk patterns (constant / monotonic / hybrid) and spans of the learned positions.
 - `attention`: attention mass on needle / query / other tokens of NIAH prompts.
-- `plots`, `tables`, `analysis`, `plot_cli`: figures (PNG), Markdown tables, report sections, `scripts/plot_positions.py`.
+- `plots`, `analysis`, `report`: figures (PNG), report sections, the Markdown report.
 """
