@@ -56,53 +56,25 @@ def _indices(save_folder: Path) -> list[list[int]]:
 @pytest.mark.slow
 def test_data_indices_are_written_per_step_and_appended_on_resume(data, tmp_path, device):
     run, whole = tmp_path / "run", tmp_path / "whole"
-    _fit(
-        small(
-            data,
-            run,
-            max_duration=2,
-            stop_at=2,
-            save_interval_unsharded=2,
-            save_data_indices="true",
-            no_pre_train_checkpoint="true",
-        ),
-        device,
-    )
+
+    def fit(folder, steps: int) -> None:
+        keys = dict(save_interval_unsharded=2, save_data_indices="true", no_pre_train_checkpoint="true")
+        _fit(small(data, folder, max_duration=steps, stop_at=steps, **keys), device)
+
+    fit(run, 2)
     first = _indices(run)
     assert [row[0] for row in first] == [1, 2] and all(
         len(row) == 1 + 4 for row in first
     )  # step, 4 instances
     # The same folder with a longer run resumes at step 2 and appends steps 3 and 4 (it does not refuse the
     # existing file, nor restart it).
-    _fit(
-        small(
-            data,
-            run,
-            max_duration=4,
-            stop_at=4,
-            save_interval_unsharded=2,
-            save_data_indices="true",
-            no_pre_train_checkpoint="true",
-        ),
-        device,
-    )
+    fit(run, 4)
     resumed = _indices(run)
     assert resumed[:2] == first and [row[0] for row in resumed] == [1, 2, 3, 4]
     instances = [i for row in resumed for i in row[1:]]
     assert len(set(instances)) == 16  # one epoch: no instance twice (a restarted data order would repeat)
     # And they are the instances an uninterrupted run trains on.
-    _fit(
-        small(
-            data,
-            whole,
-            max_duration=4,
-            stop_at=4,
-            save_interval_unsharded=2,
-            save_data_indices="true",
-            no_pre_train_checkpoint="true",
-        ),
-        device,
-    )
+    fit(whole, 4)
     assert _indices(whole) == resumed
 
 
