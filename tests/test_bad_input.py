@@ -30,6 +30,8 @@ from olmo_repo.output import check_replaceable, staged_dir
 from .conftest import make_checkpoint
 from .training import STAGE1, small
 
+pytestmark = pytest.mark.slow  # subprocesses, lm-eval prompt building, loopback servers
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "olmo", "lm_eval")
 

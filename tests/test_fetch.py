@@ -24,6 +24,8 @@ from olmo_repo.fetch.transfer import MANIFEST, PART
 from .fetch_server import FileServer, Served
 from .training import ROOT, STAGE1, free_port, losses, make_trainer, small, subprocess_env, write_corpus
 
+pytestmark = pytest.mark.slow  # subprocesses, lm-eval prompt building, loopback servers
+
 FETCH = ROOT / "scripts/fetch.py"
 CKPT = "ckpt/step5-unsharded"
 

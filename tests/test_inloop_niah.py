@@ -37,6 +37,8 @@ from tests.training import (
     write_corpus,
 )
 
+pytestmark = pytest.mark.slow  # subprocesses, lm-eval prompt building, loopback servers
+
 U32 = 2.0**-24  # unit roundoff of fp32
 TOKENIZER = ROOT / "olmo_repo/demo/base_model/tokenizer.json"  # a real BPE (4096 tokens): prompts of ~380
 LENGTH = 512
