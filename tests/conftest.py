@@ -13,13 +13,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 import olmo_repo  # noqa: F401  (installs the block factory)
 from olmo_repo import (
-    PositionMode,
     RepoModelConfig,
-    RepoSequentialBlock,
     RepoTrainConfig,
     build_model,
     olmo2_model_config,
+    repo_blocks,
 )
+from olmo_repo.modes import F_PHI_WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -77,10 +77,9 @@ def tokenizer_file(tmp_path_factory) -> Path:
 
 def spread_positions(model: torch.nn.Module, std: float = 0.5) -> None:
     """At OLMo's init f_phi predicts positions ~1e-4; widen them so that rotations matter in the tests."""
-    for block in model.modules():
-        if isinstance(block, RepoSequentialBlock) and block.pe_mode == PositionMode.repo:
-            for linear in (block.gate_map, block.content_map, block.final_map):
-                torch.nn.init.normal_(linear.weight, std=std)
+    for block in repo_blocks(model):
+        for name in F_PHI_WEIGHTS:
+            torch.nn.init.normal_(getattr(block, name).weight, std=std)
 
 
 def make_checkpoint(path: Path, tokenizer: Path, **overrides) -> tuple[Path, OLMo]:
