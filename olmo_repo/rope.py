@@ -34,6 +34,7 @@ run eagerly: there the rotation is ~0.2% of a step and would not repay compiling
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable
@@ -63,11 +64,10 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
     autocast = torch.is_autocast_enabled(device) and x.dtype != torch.float64
     low = torch.get_autocast_dtype(device) if autocast else x.dtype
     dtype = torch.promote_types(low, torch.float32)
-    with torch.autocast(device, enabled=False):
+    with _no_autocast(device):
         if low in (torch.bfloat16, torch.float16):
             x = x.to(low)
-            gate = LinearFp32Out.apply(x, gate_map.to(low))
-            content = LinearFp32Out.apply(x, content_map.to(low))
+            gate, content = _linear_fp32_out(x, gate_map.to(low)), _linear_fp32_out(x, content_map.to(low))
         else:
             x = x.to(dtype)
             gate, content = F.linear(x, gate_map.to(dtype)), F.linear(x, content_map.to(dtype))
@@ -77,6 +77,31 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
 
 # torch.mm(..., out_dtype) is recent; converted checkpoints may meet an older torch (then: fp32 copies).
 _MM_HAS_OUT_DTYPE = "out_dtype" in (torch.mm.__doc__ or "")
+
+
+def _no_autocast(device: str) -> contextlib.AbstractContextManager:
+    """Autocast off on `device`; no context at all where it is off already (a decode step enters this for
+    every RePo layer, and the context costs microseconds)."""
+    if torch.is_autocast_enabled(device):
+        return torch.autocast(device, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _mm_fp32_out(x: Tensor, w: Tensor) -> Tensor:
+    x2 = x.reshape(-1, x.shape[-1])  # [N, k]
+    if x.is_cuda and _MM_HAS_OUT_DTYPE:
+        out = torch.mm(x2, w.t(), out_dtype=torch.float32)
+    else:
+        out = torch.mm(x2.float(), w.t().float())
+    return out.view(*x.shape[:-1], w.shape[0])
+
+
+def _linear_fp32_out(x: Tensor, w: Tensor) -> Tensor:
+    """`LinearFp32Out`, without its autograd wrapper where no gradient is needed (inference: vLLM, HF
+    `generate`): at a decode step's sizes the wrapper costs as much as the products themselves."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return LinearFp32Out.apply(x, w)
+    return _mm_fp32_out(x, w)
 
 
 class LinearFp32Out(torch.autograd.Function):
@@ -91,12 +116,7 @@ class LinearFp32Out(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor) -> Tensor:
         ctx.save_for_backward(x, w)
-        x2 = x.reshape(-1, x.shape[-1])  # [N, k]
-        if x.is_cuda and _MM_HAS_OUT_DTYPE:
-            out = torch.mm(x2, w.t(), out_dtype=torch.float32)
-        else:
-            out = torch.mm(x2.float(), w.t().float())
-        return out.view(*x.shape[:-1], w.shape[0])
+        return _mm_fp32_out(x, w)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -130,7 +150,7 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
 def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
     """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., T, d]
     rotated by positions [..., T] (broadcast over x's leading dims), fp32 angles."""
-    with torch.autocast(positions.device.type, enabled=False):
+    with _no_autocast(positions.device.type):
         dtype = _compute_dtype(xs[0], positions)
         cos, sin = _cos_sin(positions, inv_freq, dtype)
         outs = []

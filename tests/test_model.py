@@ -417,6 +417,22 @@ def test_positions_are_fp32_results_of_bf16_inputs_under_bf16_autocast():
         assert_within(z_bf16.float(), exact, roundings=256 + 32 + 2, magnitude=magnitude)
 
 
+def test_f_phi_without_autograd_gives_the_same_positions():
+    """Inference (no_grad, inference_mode: vLLM, HF generate) skips `LinearFp32Out`'s autograd wrapper: the same
+    bits. Where only the weights need a gradient (x does not) the wrapper runs and the gradients arrive."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 5, 64, generator=gen).bfloat16()
+    shapes = [(16, 64), (16, 64), (4, 16)]
+    weights = [torch.randn(s, generator=gen).bfloat16().requires_grad_() for s in shapes]
+    z = f_phi(x, *weights)
+    grads = torch.autograd.grad(z.square().sum(), weights)
+    assert all(g.dtype == torch.bfloat16 and g.abs().sum() > 0 for g in grads)
+    with torch.no_grad():
+        assert torch.equal(f_phi(x, *weights), z.detach())
+    with torch.inference_mode():
+        assert torch.equal(f_phi(x, *weights), z.detach())
+
+
 def test_low_precision_projection_gradients_match_autograd_of_the_fp32_formula():
     """`LinearFp32Out`'s backward: the gradient rounded to bf16, then bf16 matmuls (as autocast's)."""
     from olmo_repo.rope import LinearFp32Out
