@@ -35,6 +35,7 @@ from vllm.model_executor.models.utils import (
     extract_layer_index,
     maybe_prefix,
 )
+from vllm.platforms import current_platform
 
 from ..rope import f_phi, rotate_forward
 from ..upstream.vllm import Olmo2Attention, Olmo2MLP
@@ -56,43 +57,60 @@ class RepoOlmo2Attention(Olmo2Attention):
         # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32
         # (olmo_repo.rope.f_phi), and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
         d, hidden, tp = self.config.hidden_size, self.config.hidden_size // 8, self.tp_size
-        self.gate_map = nn.Linear(d, hidden, bias=False)
-        self.content_map = nn.Linear(d, hidden, bias=False)
+        # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call (at the
+        # 1B width, 60% of a decode step's f_phi time): there they are stored upcast once, their values rounded
+        # to the model dtype, and f_phi runs in fp32 on the upcast x: the same products, exact in fp32.
+        self.model_dtype = vllm_config.model_config.dtype
+        dtype = torch.float32 if current_platform.is_cpu() else None
+        self.gate_map = nn.Linear(d, hidden, bias=False, dtype=dtype)
+        self.content_map = nn.Linear(d, hidden, bias=False, dtype=dtype)
         # One row per head, split across ranks like the heads: rank r holds heads r*H/tp .. (r+1)*H/tp - 1.
-        self.final_map = nn.Linear(hidden, self.total_num_heads // tp, bias=False)
-        self.final_map.weight.weight_loader = self._load_final_map  # type: ignore[attr-defined]
+        self.final_map = nn.Linear(hidden, self.total_num_heads // tp, bias=False, dtype=dtype)
+        for linear in (self.gate_map, self.content_map, self.final_map):
+            linear.weight.weight_loader = self._load_f_phi  # type: ignore[attr-defined]
         # The inverse frequencies and attention factor that olmo_repo.hf rotates RePo positions with.
         rotary = Olmo2RotaryEmbedding(self.config)
         self.register_buffer("inv_freq", rotary.inv_freq.float(), persistent=False)  # [d_head/2]
         self.attention_scaling = float(rotary.attention_scaling)
 
-    def _load_final_map(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        """vLLM's weight loader hook: this rank's rows of final_map [H, d/8]."""
-        rows = param.shape[0]
-        param.data.copy_(loaded[self.tp_rank * rows : (self.tp_rank + 1) * rows])
+    def _load_f_phi(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
+        """vLLM's weight loader hook: the weight rounded to the model dtype; of final_map [H, d/8] only this
+        rank's rows."""
+        if param is self.final_map.weight:
+            rows = param.shape[0]
+            loaded = loaded[self.tp_rank * rows : (self.tp_rank + 1) * rows]
+        param.data.copy_(loaded.to(self.model_dtype))
 
     def predict_positions(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """f_phi: x [num_tokens, d] -> positions [num_tokens, heads of this rank], fp32."""
         weights = (self.gate_map.weight, self.content_map.weight, self.final_map.weight)
-        return f_phi(hidden_states.unsqueeze(0), *weights)[0].t()  # [1, H, T] -> [T, H]
+        x = hidden_states.to(weights[0].dtype)  # upcast where the weights are (CPU)
+        return f_phi(x.unsqueeze(0), *weights)[0].t()  # [1, H, T] -> [T, H]
 
-    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.pe_mode != "repo":
-            return super().forward(positions, hidden_states)
-        # Upstream's forward with `rotary_emb(positions, q, k)` replaced by the RePo rotation.
-        qkv, _ = self.qkv_proj(hidden_states)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self._apply_qk_norm(q, k)  # [T, H * d_head]
+    def rotate(
+        self, hidden_states: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The RePo step in place of `rotary_emb(positions, q, k)`: q, k [T, H * d_head] rotated by the positions
+        f_phi predicts from hidden_states [T, d], fp32 angles (`rotate_qk`'s forward math, without its autograd
+        wrapper, which vLLM's torch.compile cannot trace)."""
         n = q.shape[0]
-        # rotate_qk's forward math without its autograd wrapper, which torch.compile (vLLM's) cannot trace
         q, k = rotate_forward(
             self.predict_positions(hidden_states),
-            self.inv_freq.float(),
+            self.inv_freq.float(),  # fp32 whatever vLLM does to buffers
             [q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)],
         )  # [T, H, d_head]
         if self.attention_scaling != 1.0:  # YaRN's attention factor, as the RoPE layers apply it
             q, k = q * self.attention_scaling, k * self.attention_scaling
-        out, _ = self.o_proj(self.attn(q.reshape(n, -1), k.reshape(n, -1), v))
+        return q.reshape(n, -1), k.reshape(n, -1)
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.pe_mode != "repo":
+            return super().forward(positions, hidden_states)
+        # Upstream's forward with `rotary_emb(positions, q, k)` replaced by `rotate`.
+        qkv, _ = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotate(hidden_states, *self._apply_qk_norm(q, k))  # [T, H * d_head]
+        out, _ = self.o_proj(self.attn(q, k, v))
         return out
 
 

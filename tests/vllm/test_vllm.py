@@ -2,7 +2,8 @@
 
 Each engine start costs seconds: one engine per (model, switches), and everything about that pair is checked in
 it (greedy tokens of a batch of prompts of different lengths, twice so that the prefix cache is hit, and prompt
-log-probabilities).
+log-probabilities). Eager engines for every mode and switch; vLLM's default (compiled), 2 tensor-parallel ranks
+and the OpenAI server on the RePo model; the eval command's vLLM backend against its HF backend.
 """
 
 from __future__ import annotations
@@ -176,15 +177,14 @@ def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):
     check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
 
 
-@pytest.mark.parametrize("name", ["repo", "reference"])
-def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
-    """Two real CPU ranks (vLLM's multiprocess executor, gloo): each rank holds half the heads, loads its
-    rows of final_map and predicts its heads' positions; the q/k norms gather over both ranks."""
+def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch):
+    """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads,
+    loads its rows of final_map and predicts its heads' positions; the q/k norms gather over both ranks."""
     # vLLM binds each rank's threads to a NUMA node by default and refuses two ranks on one node: a core each.
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-    path, _ = checkpoints[name]
+    path, _ = checkpoints["repo"]
     llm = make_llm(path, tensor_parallel_size=2, **SWITCHES["cache+chunks"])
-    check_against_hf(llm, name, checkpoints, hf_reference, prefix_caching=True)
+    check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
 
 
 def test_upstream_sources_are_the_pinned_ones():
@@ -338,7 +338,8 @@ def test_tensor_parallel_shards_reproduce_tp1(tp):
     shards = []
     for rank in range(tp):
         rows = torch.empty(H // tp, d // 8)
-        RepoOlmo2Attention._load_final_map(SimpleNamespace(tp_rank=rank), rows, final)
+        loader = SimpleNamespace(tp_rank=rank, final_map=SimpleNamespace(weight=rows), model_dtype=torch.float32)
+        RepoOlmo2Attention._load_f_phi(loader, rows, final)
         shards.append(attention_inputs(rows, slice(rank * H // tp, (rank + 1) * H // tp)))
     # A GEMM with fewer output rows may sum in another order: the positions agree to eps * (d/8 terms) * |z|,
     # and so do the angles; the rotated vectors to that times their size.
@@ -415,3 +416,27 @@ def test_vllm_serve_answers_with_hfs_tokens(checkpoints, hf_reference, tmp_path)
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
+
+
+def test_f_phi_weights_upcast_on_cpu_give_the_bf16_positions():
+    """On CPU the model stores f_phi's weights in fp32 (rounded to the model dtype) and upcasts x: the same
+    positions as f_phi on the bf16 x and weights (what HF, or vLLM on a GPU, computes), to the last bit."""
+    from types import SimpleNamespace
+
+    from olmo_repo.rope import f_phi
+    from olmo_repo.vllm.model import RepoOlmo2Attention
+
+    gen = torch.Generator().manual_seed(0)
+    T, d, H = 9, 256, 4
+    x = torch.randn(T, d, generator=gen).bfloat16()
+    stored = [torch.randn(s, generator=gen) for s in ((d // 8, d), (d // 8, d), (H, d // 8))]  # fp32 in the file
+    fake = SimpleNamespace(tp_rank=0, model_dtype=torch.bfloat16)
+    names = ("gate_map", "content_map", "final_map")
+    for name, w in zip(names, stored):
+        setattr(fake, name, torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=torch.float32))
+    for name, w in zip(names, stored):
+        RepoOlmo2Attention._load_f_phi(fake, getattr(fake, name).weight, w)
+    got = RepoOlmo2Attention.predict_positions(fake, x)  # [T, H]
+    expected = f_phi(x.unsqueeze(0), *(w.bfloat16() for w in stored))[0].t()
+    assert got.dtype == torch.float32 and got.abs().max() > 10
+    assert torch.equal(got, expected)
