@@ -15,8 +15,10 @@ Decode: generating `decode` tokens after a 32-token prompt, minus generating one
 
 Each mode (`--modes`: `compiled`, vLLM's default, torch.compile and on GPU CUDA graphs; `eager`,
 enforce_eager, what `scripts/eval.py --backend vllm` runs on CPU) prints tokens/s (medians over the rounds)
-and the ratio RePo/RoPE of seconds per token: the median over rounds of the ratio within a round, with a
-bootstrap 95% interval. A shared machine's noise (+-5-10% per run on the 2-core VM) hides a difference of a
+and the ratio RePo/RoPE of seconds per token, with a bootstrap 95% interval. The rounds come in two halves,
+each with the engines built in the opposite order (the one built first in a process ran up to 30% slower in
+some runs); the ratio is the median over pairs (round i of each half) of the geometric mean of the two
+within-round ratios. A shared machine's noise (+-5-10% per run on the 2-core VM) hides a difference of a
 few percent there, so each mode also times, inside each engine (`LLM.apply_model`) and many times over, the one
 step in which a RePo layer differs from a RoPE layer: `RepoOlmo2Attention.rotate` (f_phi and the rotation)
 against vLLM's `rotary_emb(positions, q, k)`, compiled when the engine compiles. Their difference times the
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import random
 import statistics
@@ -55,19 +58,19 @@ SIZES = {
     "cpu": dict(
         model=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
                    vocab_size=8192, pe_start_layer=3),
-        dtype="bfloat16", prompt=512, decode=64, batches=(1, 16), rounds=7, kv_gib=2,
+        dtype="bfloat16", prompt=512, decode=64, batches=(1, 16), rounds=8, kv_gib=2,
     ),
     # the OLMo-2 1B layer width, 4 layers, RePo in 3 (the 1B has it in 11 of 16): RePo's per-layer cost
     # against a layer of real size, on a CPU
     "cpu-1b-width": dict(
         model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=4, num_attention_heads=16,
                    vocab_size=8192, pe_start_layer=1),
-        dtype="bfloat16", prompt=64, decode=32, batches=(1, 16), rounds=5, kv_gib=2,
+        dtype="bfloat16", prompt=64, decode=32, batches=(1, 16), rounds=6, kv_gib=2,
     ),
     "gpu-1b": dict(
         model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
                    vocab_size=100352, pe_start_layer=5),
-        dtype="bfloat16", prompt=4096, decode=256, batches=(1, 16), rounds=5, kv_gib=None,
+        dtype="bfloat16", prompt=4096, decode=256, batches=(1, 16), rounds=6, kv_gib=None,
     ),
 }  # fmt: skip
 
@@ -170,58 +173,66 @@ def piece_times(
     return out
 
 
-def measure(paths: dict[str, Path], size: dict, mode: str, rounds: int) -> dict[str, dict[str, list[float]]]:
-    """Seconds per token of prefill and decode at each batch size, per model and round ([name][key][round])."""
+def generate(llm: object, prompts: list[list[int]], new: int) -> float:
+    """Seconds to generate `new` tokens greedily after each of `prompts`, as one batch."""
     from vllm import SamplingParams
 
+    params = SamplingParams(temperature=0.0, max_tokens=new, ignore_eos=True, detokenize=False)
+    start = time.perf_counter()
+    llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)  # type: ignore[attr-defined]
+    return time.perf_counter() - start
+
+
+def measure(paths: dict[str, Path], size: dict, mode: str, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds per token of prefill and decode at each batch size, and of the differing step (`piece_*`), per
+    model and round ([name][key][round]).
+
+    The rounds come in two halves, each with a fresh pair of engines built in the opposite order: in one process
+    the engine built first decoded up to 30% slower than the second in some runs on the 2-core VM (eager), and
+    `report` pairs round i of one half with round i of the other, which cancels that."""
     from olmo_repo.upstream.vllm import cleanup_dist_env_and_memory
 
-    engines = {name: engine(path, size, mode) for name, path in paths.items()}
-    vocab = engines["rope"].llm_engine.model_config.get_vocab_size()
     gen = torch.Generator().manual_seed(1)
     order = random.Random(0)
-
-    def run(name: str, prompts: list[list[int]], new: int) -> float:
-        params = SamplingParams(temperature=0.0, max_tokens=new, ignore_eos=True, detokenize=False)
-        start = time.perf_counter()
-        engines[name].generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return time.perf_counter() - start
-
-    def prompts(batch: int, length: int) -> list[list[int]]:
-        return [torch.randint(0, vocab, (length,), generator=gen).tolist() for _ in range(batch)]
-
-    times: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in paths}
     new = size["decode"]
-    for name in engines:  # warm-up: kernels, allocator, compiled graphs for these shapes
-        for batch in size["batches"]:
-            run(name, prompts(batch, size["prompt"]), 1), run(name, prompts(batch, 32), new + 1)
-    for _ in tqdm(range(rounds), desc=f"{mode}: rounds", file=sys.stderr):
-        for batch in size["batches"]:
-            long, short = prompts(batch, size["prompt"]), prompts(batch, 32)  # the same for both models
+    layer = size["model"]["pe_start_layer"]  # the first RePo layer, and the RoPE model's layer in its place
+    progress = tqdm(total=rounds, desc=f"{mode}: rounds", file=sys.stderr)
+    for built in (list(paths), list(paths)[::-1]):
+        engines = {name: engine(paths[name], size, mode) for name in built}
+        vocab = engines["rope"].llm_engine.model_config.get_vocab_size()
+
+        def prompts(batch: int, length: int, vocab: int = vocab) -> list[list[int]]:
+            return [torch.randint(0, vocab, (length,), generator=gen).tolist() for _ in range(batch)]
+
+        for llm in engines.values():  # warm-up: kernels, allocator, compiled graphs for these shapes
+            for batch in size["batches"]:
+                generate(llm, prompts(batch, size["prompt"]), 1), generate(llm, prompts(batch, 32), new + 1)
+        for _ in range(rounds // 2):
             names = list(engines)
+            for batch in size["batches"]:
+                long, short = prompts(batch, size["prompt"]), prompts(batch, 32)  # the same for both models
+                order.shuffle(names)
+                for name in names:
+                    llm = engines[name]
+                    prefill = generate(llm, long, 1)
+                    decode = generate(llm, short, new + 1) - generate(llm, short, 1)
+                    times[name].setdefault(f"prefill_b{batch}", []).append(prefill / (batch * size["prompt"]))
+                    times[name].setdefault(f"decode_b{batch}", []).append(decode / (batch * new))
             order.shuffle(names)
             for name in names:
-                prefill = run(name, long, 1)
-                decode = run(name, short, new + 1) - run(name, short, 1)
-                times[name].setdefault(f"prefill_b{batch}", []).append(prefill / (batch * size["prompt"]))
-                times[name].setdefault(f"decode_b{batch}", []).append(decode / (batch * new))
-    layer = size["model"]["pe_start_layer"]  # the first RePo layer, and the RoPE model's layer in its place
-    for _ in range(rounds):
-        names = list(engines)
-        order.shuffle(names)
-        for name in names:
-            pieces = engines[name].apply_model(
-                partial(
+                pieces = engines[name].apply_model(partial(
                     piece_times, layer=layer, batches=size["batches"], reps=5, compiled=mode == "compiled"
-                )
-            )
-            for key, seconds in pieces[0].items():
-                times[name].setdefault(f"piece_{key}", []).append(seconds)
-    for llm in engines.values():
-        llm.llm_engine.engine_core.shutdown()
-    engines.clear()
-    gc.collect()
-    cleanup_dist_env_and_memory()
+                ))  # fmt: skip
+                for key, seconds in pieces[0].items():
+                    times[name].setdefault(f"piece_{key}", []).append(seconds)
+            progress.update()
+        for llm in engines.values():
+            llm.llm_engine.engine_core.shutdown()
+        engines.clear()
+        gc.collect()
+        cleanup_dist_env_and_memory()
+    progress.close()
     return times
 
 
@@ -232,11 +243,12 @@ def report(times: dict[str, dict[str, list[float]]], size: dict) -> tuple[str, d
     for key, repo in times["repo"].items():
         if key.startswith("piece_"):
             continue
-        rope = times["rope"][key]
-        per_round = within_round(repo, rope)
-        ratio, (low, high) = statistics.median(per_round), median_ci(per_round)
+        per_round = within_round(repo, times["rope"][key])
+        half = len(per_round) // 2  # round i of the first half pairs with round i of the second (other order)
+        pairs = [math.sqrt(a * b) for a, b in zip(per_round[:half], per_round[half:])]
+        ratio, (low, high) = statistics.median(pairs), median_ci(pairs)
         ratios[key] = dict(ratio=ratio, ci95_low=low, ci95_high=high)
-        rates = (1 / statistics.median(repo), 1 / statistics.median(rope))
+        rates = (1 / statistics.median(repo), 1 / statistics.median(times["rope"][key]))
         lines.append(f"{key:12}{rates[0]:12.1f}{rates[1]:12.1f}{ratio:20.3f}{f'{low:.3f}-{high:.3f}':>16}")
     n_repo = size["model"]["num_hidden_layers"] - size["model"]["pe_start_layer"]
     lines.append(f"accounted: what a RePo layer runs instead of RoPE's rotary embedding, timed alone, "
@@ -260,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model and batch shape")
     parser.add_argument("--modes", default="compiled,eager",
                         help="comma list of compiled (vLLM's default) and eager (enforce_eager)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, help="timed rounds per mode (default: the size's)")
+    parser.add_argument("--rounds", type=int,
+                        help="timed rounds per mode, even: half with each engine built first (default: the size's)")  # fmt: skip
     parser.add_argument("--json", help="also write every measurement here")
     args = parser.parse_args(argv)
     size = SIZES[args.size]
@@ -268,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(modes) - {"compiled", "eager"}:
         parser.error(f"--modes: unknown mode {sorted(unknown)[0]!r} (compiled, eager)")
     rounds = args.rounds or size["rounds"]
+    if rounds < 2 or rounds % 2:
+        parser.error(
+            f"--rounds={rounds}: must be even and >= 2 (half the rounds with each engine built first)"
+        )
     if size["kv_gib"]:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(size["kv_gib"]))
     load = os.getloadavg()[0]
