@@ -338,7 +338,9 @@ def test_tensor_parallel_shards_reproduce_tp1(tp):
     shards = []
     for rank in range(tp):
         rows = torch.empty(H // tp, d // 8)
-        loader = SimpleNamespace(tp_rank=rank, final_map=SimpleNamespace(weight=rows), model_dtype=torch.float32)
+        loader = SimpleNamespace(
+            tp_rank=rank, final_map=SimpleNamespace(weight=rows), model_dtype=torch.float32
+        )
         RepoOlmo2Attention._load_f_phi(loader, rows, final)
         shards.append(attention_inputs(rows, slice(rank * H // tp, (rank + 1) * H // tp)))
     # A GEMM with fewer output rows may sum in another order: the positions agree to eps * (d/8 terms) * |z|,
@@ -429,7 +431,9 @@ def test_f_phi_weights_upcast_on_cpu_give_the_bf16_positions():
     gen = torch.Generator().manual_seed(0)
     T, d, H = 9, 256, 4
     x = torch.randn(T, d, generator=gen).bfloat16()
-    stored = [torch.randn(s, generator=gen) for s in ((d // 8, d), (d // 8, d), (H, d // 8))]  # fp32 in the file
+    stored = [
+        torch.randn(s, generator=gen) for s in ((d // 8, d), (d // 8, d), (H, d // 8))
+    ]  # fp32 in the file
     fake = SimpleNamespace(tp_rank=0, model_dtype=torch.bfloat16)
     names = ("gate_map", "content_map", "final_map")
     for name, w in zip(names, stored):
