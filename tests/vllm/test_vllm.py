@@ -181,7 +181,11 @@ def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, 
     """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads,
     loads its rows of final_map and predicts its heads' positions; the q/k norms gather over both ranks."""
     # vLLM binds each rank's threads to a NUMA node by default and refuses two ranks on one node: a core each.
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert len(cpus) >= 2, f"two CPU ranks need two cores; this process may use {cpus}"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")
     path, _ = checkpoints["repo"]
     llm = make_llm(path, tensor_parallel_size=2, **SWITCHES["cache+chunks"])
     check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
