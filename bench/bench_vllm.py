@@ -6,8 +6,8 @@
 
 Both checkpoints are written once from the same random weights: the RePo one (`repo_olmo2`, RePo in the
 paper's layers, f_phi weights drawn so that positions spread over hundreds) and the RoPE one (a plain `olmo2`
-config over the same tensors minus f_phi). Both engines are up at once in this process (no engine-core
-processes: an idle one would compete for the cores), and every round times both on the same prompts in a
+config over the same tensors minus f_phi). Both engines are up at once in this process (with an engine-core
+process each, prefill ran at about half the rate here), and every round times both on the same prompts in a
 shuffled order, so drift of a shared machine hits both alike. (Timed one after the other, other jobs on the
 2-core machine alone moved one engine's decode rate 4x.)
 Prefix caching is off: every prompt is computed. Prefill: `prompt` tokens per sequence, one generated token.
