@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -136,13 +137,31 @@ def engine(path: Path, size: dict, mode: str):
                max_num_batched_tokens=max(size["batches"]) * (size["prompt"] + 16))  # fmt: skip
 
 
+def per_call(fn: Callable[..., object], args: tuple, reps: int, sync: Callable[[], None]) -> float:
+    """Median seconds per call of fn(*args) over `reps` timings of 50 calls, after 20 warm-up calls."""
+    with torch.inference_mode():
+        for _ in range(20):
+            fn(*args)
+        times = []
+        for _ in range(reps):
+            sync()
+            start = time.perf_counter()
+            for _ in range(50):
+                fn(*args)
+            sync()
+            times.append((time.perf_counter() - start) / 50)
+    return statistics.median(times)
+
+
 def piece_times(
     model: torch.nn.Module, layer: int, batches: tuple[int, ...], reps: int, compiled: bool
 ) -> dict[str, float]:
     """Run in the engine (`LLM.apply_model`): seconds per call of what layer `layer` runs in place of the other
     model's, at each decode batch: RePo's `rotate` (f_phi and the rotation of q and k) or RoPE's
     `rotary_emb(positions, q, k)`, on the engine's own modules and weights (median of `reps` x 50), through
-    torch.compile when the engine compiles (inductor fuses it into the model's graph there)."""
+    torch.compile when the engine compiles (inductor fuses it into the model's graph there). In a RePo layer
+    also f_phi's gate_map product [batch, d] x [d, d/8] alone, with fp32 inputs (as f_phi runs it on CPU) and
+    with bf16 inputs and output (the rate of a bf16 GEMM; f_phi does not round its output so)."""
     attention = model.model.layers[layer].self_attn
 
     def piece(x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> object:
@@ -157,19 +176,14 @@ def piece_times(
     for batch in batches:
         x, q, k = (torch.randn(batch, model.config.hidden_size, dtype=weight.dtype, device=weight.device)
                    for _ in range(3))  # fmt: skip
-        args = (x, q, k, torch.arange(batch, device=weight.device) + 100)
-        with torch.inference_mode():
-            for _ in range(20):
-                run(*args)
-            times = []
-            for _ in range(reps):
-                sync()
-                start = time.perf_counter()
-                for _ in range(50):
-                    run(*args)
-                sync()
-                times.append((time.perf_counter() - start) / 50)
-        out[f"decode_b{batch}"] = statistics.median(times)
+        out[f"decode_b{batch}"] = per_call(
+            run, (x, q, k, torch.arange(batch, device=weight.device) + 100), reps, sync
+        )
+        if attention.pe_mode == "repo":
+            gate = attention.gate_map.weight
+            for dtype in (torch.float32, torch.bfloat16):
+                args = (x.to(dtype), gate.to(dtype).t())
+                out[f"gemm_{str(dtype)[6:]}_decode_b{batch}"] = per_call(torch.mm, args, reps, sync)
     return out
 
 
@@ -262,6 +276,10 @@ def report(times: dict[str, dict[str, list[float]]], size: dict) -> tuple[str, d
         ratios[f"accounted_{key}"] = dict(ratio=accounted, repo_piece_s=repo_piece, rope_piece_s=rope_piece)
         lines.append(f"{key:12}RePo {repo_piece * 1e6:.1f} us, RoPE {rope_piece * 1e6:.1f} us per layer; "
                      f"step {step * 1e3:.2f} ms; accounted RePo/RoPE {accounted:.3f}")  # fmt: skip
+        gemm = {d: statistics.median(times["repo"][f"piece_gemm_{d}_{key}"]) for d in ("float32", "bfloat16")}
+        ratios[f"f_phi_gemm_{key}"] = {f"{d}_s": t for d, t in gemm.items()}
+        lines.append(f"{'':12}f_phi's gate_map product alone: {gemm['float32'] * 1e6:.1f} us in fp32 (what f_phi "
+                     f"runs on CPU), {gemm['bfloat16'] * 1e6:.1f} us in bf16")  # fmt: skip
     return "\n".join(lines), ratios
 
 
@@ -276,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed rounds per mode, even: half with each engine built first (default: the size's)")  # fmt: skip
     parser.add_argument("--json", help="also write every measurement here")
     args = parser.parse_args(argv)
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
+        parser.error(f"--json {args.json}: not a file in an existing folder")
     size = SIZES[args.size]
     modes = args.modes.split(",")
     if unknown := set(modes) - {"compiled", "eager"}:
