@@ -57,9 +57,9 @@ class RepoOlmo2Attention(Olmo2Attention):
         # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32
         # (olmo_repo.rope.f_phi), and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
         d, hidden, tp = self.config.hidden_size, self.config.hidden_size // 8, self.tp_size
-        # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call (1.4-1.7x
-        # the time of its products at the 1B width, at decode): there they are stored upcast once, their
-        # values rounded to the model dtype, and f_phi runs in fp32 on the upcast x: the same products.
+        # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call: there
+        # they are stored upcast once, their values rounded to the model dtype, and f_phi runs in fp32 on the
+        # upcast x: the same products.
         self.model_dtype = vllm_config.model_config.dtype
         dtype = torch.float32 if current_platform.is_cpu() else None
         self.gate_map = nn.Linear(d, hidden, bias=False, dtype=dtype)
