@@ -49,11 +49,13 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the tables and progress 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from tqdm import tqdm  # noqa: E402
+from transformers import Olmo2Config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ratios import median_ci, within_round  # noqa: E402
 
-from olmo_repo.hf import RepoOlmo2Config  # noqa: E402
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM  # noqa: E402
+from olmo_repo.modes import F_PHI_WEIGHTS  # noqa: E402
 
 SIZES = {
     "cpu": dict(
@@ -77,55 +79,34 @@ SIZES = {
 
 
 def write_models(root: Path, shape: dict, dtype: torch.dtype) -> tuple[Path, Path]:
-    """The RePo checkpoint and the RoPE checkpoint of the same weights (tokenizer-free: ids only)."""
-    n_layers, d, ff, v = (
-        shape[k] for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
-    )
+    """The RePo checkpoint (the project's HF model) and the RoPE checkpoint of the same weights minus f_phi
+    (a plain `olmo2`); tokenizer-free: ids only. Weights: N(0, 1/fan_in), norms 1, embeddings N(0, 1), f_phi
+    drawn so that positions spread over hundreds."""
     common = dict(
-        hidden_size=d, intermediate_size=ff, num_hidden_layers=n_layers,
-        num_attention_heads=shape["num_attention_heads"], num_key_value_heads=shape["num_attention_heads"],
-        vocab_size=v, max_position_embeddings=8192, tie_word_embeddings=False,
+        **{k: v for k, v in shape.items() if k != "pe_start_layer"},
+        num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
+        max_position_embeddings=8192, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
     )  # fmt: skip
+    config = RepoOlmo2Config(**common, pe_mode="repo", pe_start_layer=shape["pe_start_layer"])
+    model = RepoOlmo2ForCausalLM(config).to(dtype)
     gen = torch.Generator().manual_seed(0)
-
-    def rand(*s: int, std: float) -> torch.Tensor:
-        return (torch.randn(*s, generator=gen) * std).to(dtype)
-
-    weights = {"model.embed_tokens.weight": rand(v, d, std=1.0), "lm_head.weight": rand(v, d, std=d**-0.5),
-               "model.norm.weight": torch.ones(d, dtype=dtype)}  # fmt: skip
-    repo = {}
-    for i in range(n_layers):
-        p = f"model.layers.{i}."
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            weights[p + f"self_attn.{name}.weight"] = rand(d, d, std=d**-0.5)
-        for name in ("q_norm", "k_norm"):
-            weights[p + f"self_attn.{name}.weight"] = torch.ones(d, dtype=dtype)
-        weights[p + "mlp.gate_proj.weight"] = rand(ff, d, std=d**-0.5)
-        weights[p + "mlp.up_proj.weight"] = rand(ff, d, std=d**-0.5)
-        weights[p + "mlp.down_proj.weight"] = rand(d, ff, std=ff**-0.5)
-        for name in ("post_attention_layernorm", "post_feedforward_layernorm"):
-            weights[p + f"{name}.weight"] = torch.ones(d, dtype=dtype)
-        if i >= shape["pe_start_layer"]:
-            repo[p + "self_attn.gate_map.weight"] = rand(d // 8, d, std=0.5)
-            repo[p + "self_attn.content_map.weight"] = rand(d // 8, d, std=0.5)
-            repo[p + "self_attn.final_map.weight"] = rand(shape["num_attention_heads"], d // 8, std=0.25)
-    paths = []
-    for name, tensors, extra in (
-        ("repo", {**weights, **repo}, dict(pe_mode="repo", pe_start_layer=shape["pe_start_layer"])),
-        ("rope", weights, {}),
-    ):
-        path = root / name
-        path.mkdir()
-        save_file(tensors, path / "model.safetensors")
-        config = RepoOlmo2Config(**common, **extra) if extra else None
-        raw = config.to_dict() if config else {**common, "model_type": "olmo2"}
-        raw.update(
-            architectures=["RepoOlmo2ForCausalLM" if extra else "Olmo2ForCausalLM"], dtype=str(dtype)[6:]
-        )
-        (path / "config.json").write_text(json.dumps(raw, indent=2))
-        paths.append(path)
-    return paths[0], paths[1]
+    std = {"gate_map": 0.5, "content_map": 0.5, "final_map": 0.25, "embed_tokens": 1.0}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+                continue
+            s = next((v for k, v in std.items() if f".{k}." in name), param.shape[1] ** -0.5)
+            param.copy_(torch.randn(param.shape, generator=gen) * s)
+    repo, rope = root / "repo", root / "rope"
+    model.save_pretrained(repo)
+    tensors = {k: v for k, v in model.state_dict().items() if k.rsplit(".", 2)[-2] not in F_PHI_WEIGHTS}
+    rope.mkdir()
+    save_file(tensors, rope / "model.safetensors")
+    raw = {**Olmo2Config(**common).to_dict(), "architectures": ["Olmo2ForCausalLM"], "dtype": str(dtype)[6:]}
+    (rope / "config.json").write_text(json.dumps(raw, indent=2))
+    return repo, rope
 
 
 def engine(path: Path, size: dict, mode: str):

@@ -1,8 +1,9 @@
 """RePo (context re-positioning) as a plugin over ai2-olmo.
 
-`import olmo_repo` is light: the OLMo side loads on first use of one of its names below, and that first use
-installs the block factory (`olmo_repo.registry.install`: `OLMoBlock.build` builds RePo/NoPE blocks from the
-config). The Hugging Face side, `olmo_repo.hf`, needs transformers and torch only, not ai2-olmo.
+`import olmo_repo` is light: the mode rule (`PositionMode`, `layer_modes`, `repo_layer_ids`, from
+`olmo_repo.modes`) needs nothing; the OLMo side loads on first use of one of its names below, and that first
+use installs the block factory (`olmo_repo.registry.install`: `OLMoBlock.build` builds RePo/NoPE blocks from
+the config). The Hugging Face side, `olmo_repo.hf`, needs transformers and torch only, not ai2-olmo.
 """
 
 from __future__ import annotations
@@ -10,25 +11,17 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .modes import PositionMode, layer_modes, repo_layer_ids
+
 if TYPE_CHECKING:
     from .block import RepoSequentialBlock, predict_positions, repo_blocks
-    from .config import (
-        PositionMode,
-        RepoModelConfig,
-        RepoTrainConfig,
-        layer_modes,
-        olmo2_model_config,
-        repo_layer_ids,
-    )
+    from .config import RepoModelConfig, RepoTrainConfig, olmo2_model_config
     from .registry import build_model, install
 
 _OLMO_SIDE = {
-    "PositionMode": "config",
     "RepoModelConfig": "config",
     "RepoTrainConfig": "config",
-    "layer_modes": "config",
     "olmo2_model_config": "config",
-    "repo_layer_ids": "config",
     "RepoSequentialBlock": "block",
     "predict_positions": "block",
     "repo_blocks": "block",

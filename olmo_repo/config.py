@@ -18,12 +18,12 @@ from typing import Any
 from olmo.aliases import PathOrStr
 from olmo.config import BlockType, DataConfig, EvaluatorConfig, ModelConfig, TrainConfig
 from olmo.exceptions import OLMoConfigurationError
-from olmo.util import StrEnum
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError
 
 from . import modes
+from .modes import PositionMode, layer_modes, repo_layer_ids
 
 __all__ = [
     "PositionMode",
@@ -39,16 +39,13 @@ OLMO_DATA_URL = "http://olmo-data.org"
 """Where the released OLMo-2 configs (and so the official ones here) read their data from."""
 
 
-# rope | nope | repo (`olmo_repo.modes.MODES`), as an Enum so that OmegaConf checks the value at load.
-PositionMode = StrEnum("PositionMode", [(mode, mode) for mode in modes.MODES])
-
-
 @dataclass
 class RepoModelConfig(ModelConfig):
     """OLMo's `ModelConfig` plus the RePo keys (`pe_*`). Validated on construction."""
 
     pe_mode: PositionMode = PositionMode.rope
-    """Position mode of the selected layers: rope, nope or repo. Unselected layers use rope."""
+    """Position mode of the selected layers: rope, nope or repo (an Enum: OmegaConf checks it at load).
+    Unselected layers use rope."""
 
     pe_start_layer: int = 0
     """First selected layer, 0-indexed (the paper: 5 for the 16-layer 1B, 10 for the 32-layer 7B)."""
@@ -61,10 +58,15 @@ class RepoModelConfig(ModelConfig):
 
     def validate(self) -> None:
         """Raise one `OLMoConfigurationError` naming the bad key and what it allows."""
-        sizes = {"n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.effective_n_kv_heads}
         try:
             modes.check_position_modes(
-                str(self.pe_mode), self.pe_start_layer, self.pe_layer_ids, sizes, prefix="model."
+                str(self.pe_mode),
+                self.pe_start_layer,
+                self.pe_layer_ids,
+                n_layers=self.n_layers,
+                n_heads=self.n_heads,
+                n_kv_heads=self.effective_n_kv_heads,
+                prefix="model.",
             )
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None
@@ -112,18 +114,6 @@ def olmo2_model_config(**overrides: Any) -> RepoModelConfig:
         init_cutoff_factor=3,
     )
     return RepoModelConfig(**{**kwargs, **overrides})
-
-
-def layer_modes(config: ModelConfig) -> list[PositionMode]:
-    """The position mode of every layer (`olmo_repo.modes`). A stock `ModelConfig` gives all `rope`."""
-    mode = str(getattr(config, "pe_mode", PositionMode.rope))
-    start, ids = getattr(config, "pe_start_layer", 0), getattr(config, "pe_layer_ids", None)
-    return [PositionMode(m) for m in modes.layer_modes(mode, config.n_layers, start, ids)]
-
-
-def repo_layer_ids(config: ModelConfig) -> list[int]:
-    """The layers that use RePo positions."""
-    return modes.repo_layers(layer_modes(config))
 
 
 @dataclass
@@ -228,7 +218,7 @@ def _translate_reference_keys(model: Any, prefix: str) -> Any:
     try:
         if "dynamic_pe_mode" in model:
             mode = str(model.pop("dynamic_pe_mode"))
-            model.pe_mode = modes.reference_mode(mode, f"{prefix}dynamic_pe_mode")
+            model.pe_mode = str(modes.reference_mode(mode, f"{prefix}dynamic_pe_mode"))
         if "dynamic_pe_start_layer" in model:
             model.pe_start_layer = model.pop("dynamic_pe_start_layer")
         if "dynamic_pe_layer_ids" in model:  # the reference writes "2,5,8"; "" means all layers

@@ -1,7 +1,7 @@
 """The position-mode spec: which layers use which positions. Standard library only.
 
-One rule, read by the OLMo side (`olmo_repo.config`), the Hugging Face side (`olmo_repo.hf`) and converted
-checkpoints, which carry this file as remote code beside `rope.py`:
+One rule, read by every backend (the OLMo side, Hugging Face, vLLM, OLMo-core) and shipped in converted
+checkpoints as remote code beside `rope.py`:
 
     a layer takes `pe_mode` when its id is >= `pe_start_layer` and, if `pe_layer_ids` is set, in that list;
     every other layer keeps stock RoPE.
@@ -14,98 +14,137 @@ The paper's setups:
     R2N1 (16 layers)      pe_mode: nope, pe_layer_ids: [2, 5, 8, 11, 14]
     N2R1 (16 layers)      pe_mode: nope, pe_layer_ids: [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15]
 
-The reference implementation spells the same thing two ways, each read by its own reader over this rule:
-its OLMo YAML (`dynamic_pe_mode`, `dynamic_pe_start_layer`, `dynamic_pe_layer_ids`; `olmo_repo.config`) and
-its HF `pe_config` (`dynamic_pe_mode` with the misspelled `dynmaic_pe_start_layer`/`dynmaic_pe_layer_ids`;
-`olmo_repo.hf.configuration_repo_olmo2`). Both name modes with `REFERENCE_MODES` and write layer lists as
-"2,5,8" (`parse_layer_ids`).
+The reference implementation spells the same thing two ways: its OLMo YAML (`dynamic_pe_mode`,
+`dynamic_pe_start_layer`, `dynamic_pe_layer_ids`; read by `olmo_repo.config`) and its HF `pe_config`
+(`dynamic_pe_mode` with the misspelled `dynmaic_pe_start_layer`/`dynmaic_pe_layer_ids`; read by
+`olmo_repo.hf.reference`). Both name modes as `REFERENCE_MODES` does and write layer lists as "2,5,8"
+(`parse_layer_ids`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import Any
 
 __all__ = [
+    "F_PHI_HIDDEN_RATIO",
     "F_PHI_WEIGHTS",
-    "MODES",
     "POSITIONS_METRIC",
     "REFERENCE_MODES",
+    "PositionMode",
     "check_position_modes",
     "layer_modes",
     "parse_layer_ids",
     "reference_mode",
-    "repo_layers",
-    "selected_layers",
+    "repo_layer_ids",
 ]
 
-MODES = ("rope", "nope", "repo")
-"""rope: integer positions 0..T-1 (stock); nope: no rotation; repo: real per-head positions from f_phi."""
 
-REFERENCE_MODES = {"none": "rope", "nope": "nope", "swigluex_multihead": "repo"}
+class PositionMode(str, Enum):
+    """The position mode of a layer. A `str`: `mode == "repo"` holds, and configs store the plain name."""
+
+    rope = "rope"
+    """Integer positions 0..T-1 (stock)."""
+    nope = "nope"
+    """No rotation."""
+    repo = "repo"
+    """Real positions from f_phi: one per key/value head and token (its query heads share it)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+REFERENCE_MODES = {
+    "none": PositionMode.rope,
+    "nope": PositionMode.nope,
+    "swigluex_multihead": PositionMode.repo,
+}
 """The reference's `dynamic_pe_mode` values and their modes here (its `cope` is another method)."""
 
 F_PHI_WEIGHTS = ("gate_map", "content_map", "final_map")
 """f_phi's linear maps, in the order `olmo_repo.rope.f_phi` takes them; `{name}.weight` in a RePo layer."""
 
+F_PHI_HIDDEN_RATIO = 8
+"""f_phi's hidden width is d_model // 8 (gate_map, content_map: d_model -> d_model // 8; the paper's)."""
+
 POSITIONS_METRIC = "train/positions/layer{layer}/{stat}"
 """The training metrics of a RePo layer's predicted positions; stat: min, max, std."""
 
 
-def selected_layers(n_layers: int, start: int = 0, ids: Sequence[int] | None = None) -> list[int]:
-    """The layers that take `pe_mode`: ids >= `start` and, if `ids` is set, in it."""
-    return [i for i in range(n_layers) if i >= start and (ids is None or i in ids)]
+def _layer_count(config: Any, n_layers: int | None) -> int:
+    if n_layers is not None:
+        return n_layers
+    for key in ("n_layers", "num_hidden_layers"):
+        if isinstance(value := getattr(config, key, None), int):
+            return value
+    raise TypeError(f"{type(config).__name__} has neither n_layers nor num_hidden_layers: pass n_layers")
 
 
-def layer_modes(mode: str, n_layers: int, start: int = 0, ids: Sequence[int] | None = None) -> list[str]:
-    """The position mode of every layer: `mode` for the selected ones, `rope` for the others."""
-    selected = set(selected_layers(n_layers, start, ids))
-    return [mode if i in selected else "rope" for i in range(n_layers)]
+def layer_modes(config: Any, n_layers: int | None = None) -> list[PositionMode]:
+    """The position mode of every layer of a config of any backend.
+
+    Reads `pe_mode`, `pe_start_layer` and `pe_layer_ids` (a stock config has none: every layer `rope`) and
+    the layer count from `n_layers` (OLMo), `num_hidden_layers` (Hugging Face) or the argument.
+    """
+    mode = PositionMode(str(getattr(config, "pe_mode", "rope")))
+    start, ids = getattr(config, "pe_start_layer", 0), getattr(config, "pe_layer_ids", None)
+    return [
+        mode if i >= start and (ids is None or i in ids) else PositionMode.rope
+        for i in range(_layer_count(config, n_layers))
+    ]
 
 
-def repo_layers(modes: Sequence[str]) -> list[int]:
-    """The ids of the `repo` layers in a list of layer modes."""
-    return [i for i, mode in enumerate(modes) if mode == "repo"]
+def repo_layer_ids(config: Any, n_layers: int | None = None) -> list[int]:
+    """The ids of the layers of `config` that predict positions (`repo`)."""
+    return [i for i, mode in enumerate(layer_modes(config, n_layers)) if mode == PositionMode.repo]
 
 
 def check_position_modes(
-    mode: str,
-    start: int,
-    ids: Sequence[int] | None,
-    sizes: dict[str, int],
+    pe_mode: str,
+    pe_start_layer: int,
+    pe_layer_ids: Sequence[int] | None,
+    *,
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    keys: Mapping[str, str] | None = None,
     prefix: str = "",
 ) -> None:
     """Raise one `ValueError` naming the bad key (`prefix` + key) and what it allows.
 
-    sizes: the numbers of layers, heads and key/value heads under the side's own key names, in that order
-    (OLMo: n_layers, n_heads, n_kv_heads; HF: num_hidden_layers, ...). The rules that hold on every side;
-    each side adds its own (OLMo: the block type; HF: the RoPE type).
+    The rules that hold on every backend; each adds its own (OLMo: the block type; HF: the RoPE type).
+    `keys` renames the size keys in messages to the backend's own (HF: {"n_layers": "num_hidden_layers",
+    ...}).
     """
-    (layers_key, n_layers), (heads_key, n_heads), (kv_key, n_kv) = sizes.items()
-    in_range = f"allowed 0..{n_layers - 1} ({layers_key}={n_layers})"
-    if mode not in MODES:
-        raise ValueError(f"{prefix}pe_mode={mode!r} is not supported; allowed: {', '.join(MODES)}")
-    if not 0 <= start < n_layers:
-        raise ValueError(f"{prefix}pe_start_layer={start} is out of range: {in_range}")
-    if ids is not None:
-        if bad := [i for i in ids if not 0 <= i < n_layers]:
-            raise ValueError(f"{prefix}pe_layer_ids has layer ids {bad} out of range: {in_range}")
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"{prefix}pe_layer_ids={list(ids)} repeats a layer id")
-    if mode == "rope":
-        return
-    if not selected_layers(n_layers, start, ids):
+    name = {"n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads", **(keys or {})}
+    in_range = f"allowed 0..{n_layers - 1} ({name['n_layers']}={n_layers})"
+    if pe_mode not in PositionMode.__members__:
         raise ValueError(
-            f"{prefix}pe_mode={mode} selects no layer: pe_start_layer={start} and "
-            f"pe_layer_ids={None if ids is None else list(ids)} have no layer in common"
+            f"{prefix}pe_mode={pe_mode!r} is not supported; allowed: {', '.join(PositionMode.__members__)}"
         )
-    if mode == "repo" and n_kv != n_heads:
+    if not 0 <= pe_start_layer < n_layers:
+        raise ValueError(f"{prefix}pe_start_layer={pe_start_layer} is out of range: {in_range}")
+    if pe_layer_ids is not None:
+        if bad := [i for i in pe_layer_ids if not 0 <= i < n_layers]:
+            raise ValueError(f"{prefix}pe_layer_ids has layer ids {bad} out of range: {in_range}")
+        if len(set(pe_layer_ids)) != len(pe_layer_ids):
+            raise ValueError(f"{prefix}pe_layer_ids={list(pe_layer_ids)} repeats a layer id")
+    if pe_mode == PositionMode.rope:
+        return
+    if not any(i >= pe_start_layer for i in (range(n_layers) if pe_layer_ids is None else pe_layer_ids)):
+        raise ValueError(
+            f"{prefix}pe_mode={pe_mode} selects no layer: pe_start_layer={pe_start_layer} and "
+            f"pe_layer_ids={None if pe_layer_ids is None else list(pe_layer_ids)} have no layer in common"
+        )
+    if pe_mode == PositionMode.repo and n_kv_heads != n_heads:
         raise ValueError(
             f"{prefix}pe_mode=repo predicts one position per query head, so grouped-query attention is not "
-            f"supported: {prefix}{kv_key}={n_kv} must equal {prefix}{heads_key}={n_heads}"
+            f"supported: {prefix}{name['n_kv_heads']}={n_kv_heads} must equal {prefix}{name['n_heads']}={n_heads}"
         )
 
 
-def reference_mode(value: str, key: str) -> str:
+def reference_mode(value: str, key: str) -> PositionMode:
     """A reference `dynamic_pe_mode` value as a mode here; ValueError naming `key` otherwise."""
     if value not in REFERENCE_MODES:
         raise ValueError(f"{key}={value!r} is not supported; allowed: {', '.join(REFERENCE_MODES)}")

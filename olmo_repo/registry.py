@@ -12,7 +12,7 @@ from olmo.config import ModelConfig
 from olmo.model import BufferCache, OLMo, OLMoBlock
 
 from .block import RepoSequentialBlock
-from .config import PositionMode, layer_modes
+from .modes import PositionMode, layer_modes
 from .upstream.olmo import STOCK_BLOCK_BUILD, route_block_build
 
 __all__ = ["build_model", "install"]

@@ -1,35 +1,41 @@
-"""RePo's math, torch only: f_phi (the positions) and RoPE from real, per-head positions.
+"""The one RePo layer core, torch only: f_phi (the positions), RoPE from real positions, and `RepoLayer`.
 
-This module is also copied into converted Hugging Face checkpoints as remote code: keep it torch-only.
+Every backend (the OLMo block, the Hugging Face and vLLM attentions, the OLMo-core attention) mixes
+`RepoLayer` into the module that owns q and k, and keeps only its own plumbing (cache, bias channel, dtype
+policy). This file also travels into converted Hugging Face checkpoints as remote code (with `modes.py`):
+keep it torch-only.
 
-f_phi maps the block input x [B, T, d_model] to one real position per head and token,
+f_phi maps a layer's input x [..., T, d_model] to one real position per key/value head and token,
 
-    z = final_map( SiLU(gate_map(x)) * content_map(x) )        # [B, T, H] -> [B, H, T]
+    z = final_map( SiLU(gate_map(x)) * content_map(x) )        # [..., T, H_kv] -> [..., H_kv, T]
 
 with fp32 results, so that large positions are not quantised by bf16 (the reference rounds them to a step of
-16 near 4096). gate_map and content_map (99.6% of f_phi's FLOPs) take their inputs at the model's compute
-precision, like every other projection, but accumulate and return fp32: a product of two bf16 numbers is
-exact in fp32, so this equals fp32 math on those inputs, at bf16 GEMM speed on a GPU (fp32 GEMMs run ~15x
-slower there). The product and final_map run in fp32.
+16 near 4096). gate_map and content_map (d_model -> d_model // 8, `modes.F_PHI_HIDDEN_RATIO`) take their
+inputs at the model's compute precision, like every other projection, but accumulate and return fp32: a
+product of two bf16 numbers is exact in fp32, so this equals fp32 math on those inputs, at bf16 GEMM speed
+on a GPU. The product and final_map run in fp32. With grouped-query attention the query heads of a group
+share their key/value head's position, so the score of query head h in group g is q_i^T R(z_j^g - z_i^g) k_j
+and the KV cache keeps its grouped size; with n_kv_heads == n_heads this is the paper's one position per head.
 
 For a head of size d and a real position z, pair k (k < d/2) of a query or key vector is rotated by the angle
 
-    angle_k = z * theta^(-2k/d)
+    angle_k = z * inv_freq_k,    inv_freq_k = theta^(-2k/d)   (or the config's scaled RoPE: linear, YaRN)
 
-in OLMo's split-halves layout (element k pairs with element k + d/2, "rotate_half"). With z = 0..T-1 this
-is OLMo's own RoPE. Angles are computed in fp32 with autocast off, whatever the model's dtype.
+in the split-halves layout (element k pairs with element k + d/2, "rotate_half"). With z = 0..T-1 this is
+stock RoPE. Angles are computed in fp32 with autocast off, whatever the model's dtype. YaRN's attention
+factor multiplies the rotated q and k, as stock RoPE layers apply it to cos/sin.
 
-`rotate` is the training path: a custom autograd function that keeps only the positions [B, H, T] and the
-rotated output (which attention keeps anyway) for backward, instead of per-head cos/sin tables
-[B, H, T, d]. Its gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x:
+`rotate` is the training path: a custom autograd function that keeps only the positions and the rotated
+output (which attention keeps anyway) for backward, instead of per-head cos/sin tables [B, H, T, d]. Its
+gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x:
 
     out = (x1 cos - x2 sin, x2 cos + x1 sin)
     dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
-    dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)
+    dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)      # summed over a query group
 
 On CUDA the rotation's forward and backward math run through torch.compile, which fuses its ~10 elementwise
-passes over q and k per direction (2.3-6.6x faster forward+backward on CPU, bench/RESULTS.md); on CPU they
-run eagerly: there the rotation is ~0.2% of a step and would not repay compiling (5-20 s per process).
+passes over q and k per direction; on CPU they run eagerly, where compiling (seconds per process) would not
+repay itself (`bench/bench_repo.py` times both).
 """
 
 from __future__ import annotations
@@ -37,17 +43,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from .modes import F_PHI_HIDDEN_RATIO, F_PHI_WEIGHTS, PositionMode
 
 __all__ = [
     "COMPILED_ROTATION",
     "LinearFp32Out",
+    "RepoLayer",
     "f_phi",
     "inv_frequencies",
+    "observe_positions",
+    "record_positions",
+    "repo_layers",
     "rotate",
     "rotate_forward",
     "rotate_qk",
@@ -56,7 +71,8 @@ __all__ = [
 
 
 def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -> Tensor:
-    """Positions [B, H, T] from x [B, T, d] and the three weights; fp32 (float64 for float64 inputs).
+    """Positions [..., H, T] from x [..., T, d] and the three weights (H: final_map's rows); fp32 (float64 for
+    float64 inputs).
 
     The compute precision of the two input projections is autocast's dtype if autocast is on, else x's.
     """
@@ -71,8 +87,8 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
         else:
             x = x.to(dtype)
             gate, content = F.linear(x, gate_map.to(dtype)), F.linear(x, content_map.to(dtype))
-        z = F.linear(F.silu(gate) * content, final_map.to(dtype))  # [B, T, H]
-    return z.transpose(1, 2)
+        z = F.linear(F.silu(gate) * content, final_map.to(dtype))  # [..., T, H]
+    return z.transpose(-1, -2)
 
 
 # torch.mm(..., out_dtype) is recent; converted checkpoints may meet an older torch (then: fp32 copies).
@@ -148,8 +164,8 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
 
 
 def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
-    """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., T, d]
-    rotated by positions [..., T] (broadcast over x's leading dims), fp32 angles."""
+    """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., d]
+    rotated by positions broadcastable to x.shape[:-1], fp32 angles."""
     with _no_autocast(positions.device.type):
         dtype = _compute_dtype(xs[0], positions)
         cos, sin = _cos_sin(positions, inv_freq, dtype)
@@ -184,7 +200,8 @@ def _rotate_backward(
             )
             if need_pos:
                 o1, o2 = out.to(dtype).chunk(2, dim=-1)
-                term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1)  # [B, H, T]
+                # [..., H, T], summed over what the positions were broadcast to (a GQA query group)
+                term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1).sum_to_size(positions.shape)
                 grad_pos = term if grad_pos is None else grad_pos + term
     return (None if grad_pos is None else grad_pos.to(positions.dtype)), grad_xs
 
@@ -236,7 +253,8 @@ class _Rotate(torch.autograd.Function):
 
 
 def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None) -> Tensor:
-    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32). Returns x's shape and dtype.
+    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32; any shape that broadcasts to
+    x.shape[:-1]). Returns x's shape and dtype.
 
     `compiled`: run the rotation through torch.compile; None (the default) does so on CUDA only.
     """
@@ -246,7 +264,8 @@ def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None
 def rotate_qk(
     q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None
 ) -> tuple[Tensor, Tensor]:
-    """`rotate` for a layer's q and k [B, H, T, d] at once, sharing the cos/sin work."""
+    """`rotate` for a layer's q and k [B, H, T, d] at once, sharing the cos/sin work (positions broadcast to
+    both)."""
     return _Rotate.apply(positions, inv_freq, q.is_cuda if compiled is None else compiled, q, k)
 
 
@@ -258,3 +277,154 @@ def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
         cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # [B, H, T, d]
         x1, x2 = x.to(dtype).chunk(2, dim=-1)
         return (x.to(dtype) * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
+
+
+# ------------------------------------------------------------------------------------------ the RePo layer
+
+
+class RepoLayer:
+    """The RePo part of the module that owns a layer's q and k, as a mixin (it has no `__init__`).
+
+    The owner (`olmo_repo.block.RepoSequentialBlock`, the HF and vLLM `RepoOlmo2Attention`, the OLMo-core
+    attention) calls `init_repo` after its own `__init__`, then `predict_positions(x)` and
+    `apply_positions(q, k, positions)` (or both at once: `reposition`) where its stock code applies RoPE.
+    In `repo` mode `init_repo` adds f_phi's weights as the owner's own children (`<owner>.gate_map.weight`,
+    ...: the state-dict names of every checkpoint) and `positions_out`, the one place where positions are
+    observed (`observe_positions`). `nope` layers rotate nothing. Stock RoPE layers are not `RepoLayer`s.
+    """
+
+    pe_mode: PositionMode = PositionMode.rope
+    layer_id: int
+    f_phi_rows: range
+    """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
+
+    def init_repo(
+        self,
+        pe_mode: str,
+        *,
+        layer_id: int,
+        d_model: int,
+        n_kv_heads: int,
+        head_dim: int,
+        rope_theta: float | None = None,
+        kv_heads: range | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Set the layer up for `pe_mode`; in `repo` mode add f_phi: gate_map, content_map (d_model ->
+        d_model // F_PHI_HIDDEN_RATIO) and final_map (-> one position per key/value head: `n_kv_heads`, or
+        `kv_heads`, this tensor-parallel rank's heads), `nn.Linear`s without bias (OLMo's optimizer grouping
+        and FSDP expect modules, not bare parameters).
+
+        `rope_theta` and `head_dim` give the inverse frequencies of stock RoPE; a backend whose RoPE may be
+        scaled (linear, YaRN) overrides `rope_frequencies` instead.
+        """
+        assert isinstance(self, nn.Module), "RepoLayer is mixed into an nn.Module"
+        self.pe_mode, self.layer_id = PositionMode(str(pe_mode)), layer_id
+        self.repo_head_dim, self.repo_rope_theta = head_dim, rope_theta
+        if self.pe_mode != PositionMode.repo:
+            return
+        self.f_phi_rows = range(n_kv_heads) if kv_heads is None else kv_heads
+        hidden = d_model // F_PHI_HIDDEN_RATIO
+        shapes = ((d_model, hidden), (d_model, hidden), (hidden, len(self.f_phi_rows)))
+        for name, (d_in, d_out) in zip(F_PHI_WEIGHTS, shapes, strict=True):
+            self.add_module(name, nn.Linear(d_in, d_out, bias=False, device=device, dtype=dtype))
+        # Hook point, no parameters: `observe_positions` reads the positions [..., H_kv, T] passing through.
+        self.positions_out = nn.Identity()
+
+    def f_phi_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """gate_map, content_map, final_map's weights, in `f_phi`'s order."""
+        return tuple(getattr(self, name).weight for name in F_PHI_WEIGHTS)  # type: ignore[return-value]
+
+    def rope_frequencies(self, device: torch.device) -> tuple[Tensor, float]:
+        """The inverse frequencies [head_dim / 2] (fp32) and attention factor that positions are rotated with:
+        stock RoPE of `rope_theta` here (and factor 1)."""
+        assert self.repo_rope_theta is not None, (
+            "init_repo(rope_theta=...) or an override of rope_frequencies"
+        )
+        return inv_frequencies(self.repo_head_dim, self.repo_rope_theta, device), 1.0
+
+    def _f_phi(self, x: Tensor) -> Tensor:
+        return f_phi(x, *self.f_phi_weights())
+
+    def predict_positions(self, x: Tensor) -> Tensor:
+        """f_phi: the layer's input x [..., T, d_model] -> positions [..., H_kv, T], fp32 (float64 for a float64
+        model), passed through `positions_out` (observed there)."""
+        mixed = x.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type)
+        if mixed and torch.is_grad_enabled():
+            # Autograd would keep a low-precision copy of x and f_phi's fp32 activations, up to 2x the layer
+            # input's memory per RePo layer; recomputing them in backward is ~1% of its FLOPs.
+            z = checkpoint(self._f_phi, x, use_reentrant=False)
+        else:
+            z = self._f_phi(x)
+        return self.positions_out(z)
+
+    def apply_positions(
+        self, q: Tensor, k: Tensor, positions: Tensor, *, tokens_first: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """q [..., H, T, d_head] and k [..., H_kv, T, d_head] rotated by positions [..., H_kv, T], each key/value
+        head's position shared by its H / H_kv query heads; YaRN's attention factor applied. `tokens_first`:
+        q and k are [..., T, H, d_head] (vLLM's packed tokens). `nope` layers: q and k as they are.
+
+        Differentiable, positions included (`rotate`); without autograd, `rotate_forward`, which torch.compile
+        (vLLM's) can trace.
+        """
+        if self.pe_mode != PositionMode.repo:
+            return q, k
+        heads = -2 if tokens_first else -3  # the heads dim of q and k
+        n_kv = positions.shape[-2]
+        # [..., T, H_kv, 1] or [..., H_kv, 1, T]: broadcast over the query heads of a group.
+        z = positions.transpose(-1, -2).unsqueeze(-1) if tokens_first else positions.unsqueeze(-2)
+        q, k = q.unflatten(heads, (n_kv, -1)), k.unflatten(heads, (n_kv, -1))  # H -> (H_kv, group)
+        inv_freq, scale = self.rope_frequencies(q.device)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or z.requires_grad):
+            q, k = rotate_qk(q, k, z, inv_freq)
+        else:
+            q, k = rotate_forward(z, inv_freq, [q, k])
+        q, k = q.flatten(heads - 1, heads), k.flatten(heads - 1, heads)
+        if scale != 1.0:  # YaRN's attention factor, which RoPE layers apply to cos/sin
+            q, k = q * scale, k * scale
+        return q, k
+
+    def reposition(
+        self, x: Tensor, q: Tensor, k: Tensor, *, tokens_first: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """`apply_positions` with the positions f_phi predicts from x (repo), or none (nope)."""
+        if self.pe_mode != PositionMode.repo:
+            return q, k
+        return self.apply_positions(q, k, self.predict_positions(x), tokens_first=tokens_first)
+
+    def load_f_phi(self, param: Tensor, loaded: Tensor) -> None:
+        """Copy a checkpoint's f_phi weight into `param`; of final_map [H_kv, d_model // 8] only `f_phi_rows`."""
+        if param is self.final_map.weight:
+            loaded = loaded[self.f_phi_rows.start : self.f_phi_rows.stop]
+        param.data.copy_(loaded)
+
+
+def repo_layers(model: nn.Module) -> list[RepoLayer]:
+    """The layers of `model` (wrapped or not) that predict positions, in module order."""
+    return [m for m in model.modules() if isinstance(m, RepoLayer) and m.pe_mode == PositionMode.repo]
+
+
+@contextmanager
+def observe_positions(model: nn.Module, observe: Callable[[int, Tensor], None]) -> Iterator[None]:
+    """Call observe(layer id, positions [..., H_kv, T]) whenever a RePo layer of `model` predicts positions
+    (also in an activation checkpoint's recomputation) while the block runs."""
+    hooks = [
+        layer.positions_out.register_forward_hook(lambda _m, _args, out, i=layer.layer_id: observe(i, out))
+        for layer in repo_layers(model)
+    ]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@contextmanager
+def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
+    """Collect {layer id: positions [..., H_kv, T]} of every RePo layer of `model` while the block runs (the
+    last call of each layer)."""
+    positions: dict[int, Tensor] = {}
+    with observe_positions(model, positions.__setitem__):
+        yield positions

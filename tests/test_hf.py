@@ -83,7 +83,7 @@ def test_logits_match_olmo(converted):
         assert type(hf) is Olmo2ForCausalLM and hf.config.model_type == "olmo2"
         assert not (hf_dir / "modeling_repo_olmo2.py").exists()
     else:
-        assert type(hf) is RepoOlmo2ForCausalLM and hf.config.layer_modes() == [
+        assert type(hf) is RepoOlmo2ForCausalLM and layer_modes(hf.config) == [
             str(m) for m in layer_modes(olmo.config)
         ]
     ids = _ids()
@@ -410,7 +410,7 @@ def test_reference_format_loads_through_every_route(tmp_path, tokenizer_file, ca
     ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
     modes = [str(m) for m in layer_modes(olmo.config)]
     config = read_hf_config(ref)
-    assert isinstance(config, RepoOlmo2Config) and config.layer_modes() == modes
+    assert isinstance(config, RepoOlmo2Config) and layer_modes(config) == modes
     ids = _ids()
     routes = {
         "RepoOlmo2ForCausalLM": lambda: RepoOlmo2ForCausalLM.from_pretrained(ref),
@@ -421,11 +421,11 @@ def test_reference_format_loads_through_every_route(tmp_path, tokenizer_file, ca
     }
     for route, load in routes.items():
         hf = load().eval()
-        assert type(hf) is RepoOlmo2ForCausalLM and hf.config.layer_modes() == modes, route
+        assert type(hf) is RepoOlmo2ForCausalLM and layer_modes(hf.config) == modes, route
         with torch.no_grad():
             _assert_same_logits(hf(ids).logits, olmo, ids, f"{case} through {route}")
     base = AutoModel.from_pretrained(ref)
-    assert type(base) is RepoOlmo2Model and base.config.layer_modes() == modes
+    assert type(base) is RepoOlmo2Model and layer_modes(base.config) == modes
     # ... and the same directory also converts straight to an OLMo checkpoint.
     back = load_model(convert_from_hf(ref, tmp_path / "back"))
     assert torch.equal(back(ids).logits, olmo(ids).logits)
@@ -493,7 +493,7 @@ def test_hf_layer_selection_agrees_with_olmo():
     ]:
         olmo_config = tiny_config(n_layers=6, **overrides)
         hf_config = RepoOlmo2Config(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, **overrides)
-        assert hf_config.layer_modes() == [str(m) for m in layer_modes(olmo_config)]
+        assert layer_modes(hf_config) == [str(m) for m in layer_modes(olmo_config)]
 
 
 # ------------------------------------------------------------------------------------------- errors

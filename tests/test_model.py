@@ -199,7 +199,7 @@ def test_positions_are_trained_end_to_end(monkeypatch):
 
 def _plain_rotation(monkeypatch) -> None:
     monkeypatch.setattr(
-        "olmo_repo.block.rotate_qk", lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
+        "olmo_repo.rope.rotate_qk", lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
     )
 
 
@@ -215,7 +215,7 @@ class _FlipGrad(torch.autograd.Function):
         return -grad
 
 
-_ROTATIONS = {  # what RepoSequentialBlock.attention calls as rotate_qk(q, k, positions, inv_freq)
+_ROTATIONS = {  # what RepoLayer.apply_positions calls as rotate_qk(q, k, positions, inv_freq)
     "eager": lambda compiled: lambda q, k, z, f: rotate_qk(q, k, z, f, compiled=compiled),
     "off by one position": lambda compiled: (
         lambda q, k, z, f: (
@@ -236,7 +236,7 @@ def _check_rotation_against_float64_truth(monkeypatch, strategy: str | None, com
     spread_positions(model)
     ids = _ids()
     with monkeypatch.context() as m:
-        m.setattr("olmo_repo.block.rotate_qk", _ROTATIONS[rotation](compiled))
+        m.setattr("olmo_repo.rope.rotate_qk", _ROTATIONS[rotation](compiled))
         model.set_activation_checkpointing(strategy and ActivationCheckpointingStrategy(strategy))
         logits, grads = model(ids).logits, _grads(model, ids)
         with torch.no_grad():

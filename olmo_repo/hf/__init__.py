@@ -5,9 +5,9 @@ Importing this module registers `repo_olmo2` with transformers' Auto classes, so
 
 It also routes the reference implementation's format (`model_type: olmo2` with a nested `pe_config`): stock
 transformers would build a stock Olmo2 from it and drop the RePo weights. After this import,
-`AutoModelForCausalLM`/`AutoModel` build `RepoOlmo2ForCausalLM`/`RepoOlmo2Model` for such a config (read by
-`RepoOlmo2Config.dict_from_reference`) and the stock classes, unchanged, for every other `olmo2` config
-(`olmo_repo.upstream.transformers.olmo2_or_reference`).
+`AutoModelForCausalLM`/`AutoModel` build `RepoOlmo2ForCausalLM`/`RepoOlmo2Model` for such a config and the
+stock classes, unchanged, for every other `olmo2` config (`olmo_repo.upstream.transformers.olmo2_or_reference`),
+and `RepoOlmo2Config.from_pretrained` reads it too: all through the one reader, `olmo_repo.hf.formats`.
 """
 
 from typing import Any
@@ -16,20 +16,21 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Olmo2Config
 from transformers.models.olmo2.modeling_olmo2 import Olmo2ForCausalLM, Olmo2Model
 
+from ..modes import layer_modes, repo_layer_ids
+from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
-from .configuration_repo_olmo2 import RepoOlmo2Config, hub_kwargs, read_hf_config, weight_names
+from .configuration_repo_olmo2 import RepoOlmo2Config
+from .formats import from_reference, hub_kwargs, read_hf_config, read_reference, weight_names
 from .modeling_repo_olmo2 import (
     RepoOlmo2CausalLMOutputWithPast,
     RepoOlmo2ForCausalLM,
     RepoOlmo2Model,
     RepoOlmo2ModelOutputWithPast,
-    record_positions,
 )
-from .modes import repo_layers
 
 
 def _reference_config(config: Olmo2Config, weights: list[str] | None, source: str) -> RepoOlmo2Config:
-    return RepoOlmo2Config.from_dict(RepoOlmo2Config.dict_from_reference(config.to_dict(), weights, source))
+    return RepoOlmo2Config.from_dict(from_reference(config.to_dict(), weights, source))
 
 
 def _weight_names(path: Any, **kwargs: Any) -> list[str] | None:
@@ -37,6 +38,7 @@ def _weight_names(path: Any, **kwargs: Any) -> list[str] | None:
 
 
 # The registration this import does (see the module docstring).
+RepoOlmo2Config.reference_reader = read_reference
 AutoConfig.register(RepoOlmo2Config.model_type, RepoOlmo2Config, exist_ok=True)
 AutoModel.register(RepoOlmo2Config, RepoOlmo2Model, exist_ok=True)
 AutoModelForCausalLM.register(RepoOlmo2Config, RepoOlmo2ForCausalLM, exist_ok=True)
@@ -50,18 +52,6 @@ for _auto, _stock, _repo in (
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """The dtypes a converted model can be written and loaded in, by name."""
-
-
-def layer_modes(config: Olmo2Config) -> list[str]:
-    """The position mode of every layer of an HF config: a stock `Olmo2Config` is all `rope`."""
-    if isinstance(config, RepoOlmo2Config):
-        return config.layer_modes()
-    return ["rope"] * config.num_hidden_layers
-
-
-def repo_layer_ids(config: Olmo2Config) -> list[int]:
-    """The layers of an HF config that predict positions (none for a stock `Olmo2Config`)."""
-    return repo_layers(layer_modes(config))
 
 
 __all__ = [

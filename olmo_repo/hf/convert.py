@@ -44,7 +44,8 @@ from ..output import check_distinct, check_replaceable, staged_dir
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
 from . import DTYPES
-from .configuration_repo_olmo2 import RepoOlmo2Config, read_hf_config
+from .configuration_repo_olmo2 import RepoOlmo2Config
+from .formats import read_hf_config
 from .mapping import (
     check_state_dict,
     hf_config_from_olmo,

@@ -15,8 +15,8 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import Olmo2Config
 
-from ..config import PositionMode, RepoModelConfig, layer_modes
-from ..modes import F_PHI_WEIGHTS
+from ..config import RepoModelConfig
+from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
 from .configuration_repo_olmo2 import RepoOlmo2Config
 
 __all__ = [

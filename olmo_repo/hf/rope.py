@@ -1,6 +1,5 @@
 """What the HF modeling file imports as `from .rope import ...`: inside the package, `olmo_repo.rope`;
 in a converted checkpoint this module is replaced by a copy of `olmo_repo/rope.py` (torch-only)."""
 
-from ..rope import f_phi, rotate_qk
-
-__all__ = ["f_phi", "rotate_qk"]
+from ..rope import *  # noqa: F403
+from ..rope import __all__  # noqa: F401

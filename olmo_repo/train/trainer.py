@@ -21,8 +21,8 @@ from olmo.torch_util import (
 )
 from olmo.train import Trainer
 
-from ..block import RepoSequentialBlock, repo_blocks
 from ..modes import POSITIONS_METRIC
+from ..rope import observe_positions
 from ..upstream import wandb as wandb_upstream
 from .preflight import is_unsharded
 from .stage1 import RepoCheckpointer
@@ -121,22 +121,15 @@ class RepoTrainer(Trainer):
             return super().train_step(batch, reduce_global_loss)
         stats: dict[str, float] = {}
 
-        def record(block: RepoSequentialBlock, args: tuple[Any, ...]) -> None:
-            key = lambda stat: POSITIONS_METRIC.format(layer=block.layer_id, stat=stat)  # noqa: E731
+        def record(layer: int, z: torch.Tensor) -> None:  # z [B, H_kv, T], as the forward computed it
+            key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
             if key("std") in stats:  # later micro-batches and activation-checkpoint recomputes
                 return
-            with torch.no_grad():
-                z = block.predict_positions(args[0])  # [B, H, T]
-                stats.update(
-                    {key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()}
-                )
+            z = z.detach()
+            stats.update({key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()})
 
-        hooks = [b.register_forward_pre_hook(record) for b in repo_blocks(self.model)]
-        try:
+        with observe_positions(self.model, record):
             metrics = super().train_step(batch, reduce_global_loss)
-        finally:
-            for h in hooks:
-                h.remove()
         metrics.update(stats)
         return metrics
 

@@ -3,7 +3,7 @@
 vLLM 0.32 has no native Olmo2 model any more (stock Olmo2 runs on its Transformers backend), but its OLMo
 Hybrid model's full-attention layers are exactly Olmo2's: fused q/k/v, q/k RMSNorm over all heads (gathered
 across tensor-parallel ranks), RoPE, paged attention, SwiGLU MLP. `olmo_repo.vllm` subclasses those two
-modules and states only the delta. Internals used here:
+modules (under their own names) and states only the delta. Internals used here:
 
 - `OlmoHybridAttention`, `OlmoHybridMLP` (`vllm.model_executor.models.olmo_hybrid`): the Olmo2 attention and
   MLP. Their constructors read only the Olmo2 keys of `hf_config`.
@@ -33,8 +33,8 @@ from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybr
 __all__ = [
     "CANARIES",
     "VLLM_VERSION",
-    "Olmo2Attention",
-    "Olmo2MLP",
+    "OlmoHybridAttention",
+    "OlmoHybridMLP",
     "VerifyAndUpdateConfig",
     "cleanup_dist_env_and_memory",
     "lm_eval_vllm_class",
@@ -42,9 +42,6 @@ __all__ = [
 ]
 
 VLLM_VERSION = "0.32.0"
-
-Olmo2Attention = OlmoHybridAttention
-Olmo2MLP = OlmoHybridMLP
 
 
 def register_config_check(architecture: str, check: type[VerifyAndUpdateConfig]) -> None:

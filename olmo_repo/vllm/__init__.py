@@ -14,9 +14,9 @@ weights) is refused there, with one line naming the key, before any engine start
 
 from __future__ import annotations
 
-from .config import ARCHITECTURES, layer_modes, repo_config
+from .config import ARCHITECTURES, repo_config
 
-__all__ = ["ARCHITECTURES", "layer_modes", "register", "repo_config"]
+__all__ = ["ARCHITECTURES", "register", "repo_config"]
 
 
 def register() -> None:

@@ -1,20 +1,19 @@
 """RePo as a native vLLM model: Olmo2 whose `nope`/`repo` layers rotate q and k by per-head real positions.
 
-Deltas from vLLM's Olmo2 attention and MLP (`olmo_repo.upstream.vllm`; everything else is Olmo2 as vLLM ran
-it natively up to 0.31, and as `transformers.models.olmo2` computes it):
+Deltas from the Olmo2 attention and MLP of vLLM's OLMo-Hybrid model (`olmo_repo.upstream.vllm`; everything
+else is Olmo2 as vLLM ran it natively up to 0.31, and as `transformers.models.olmo2` computes it):
 
 - `rope` layers: unchanged (vLLM's RoPE from the config's `rope_parameters`).
 - `nope` layers: no rotation.
-- `repo` layers: f_phi (`olmo_repo.rope.f_phi`) predicts one position per head and token from the layer's
-  input x, the packed hidden states [num_tokens, d] of every sequence in the batch, in fp32; q and k
-  [num_tokens, heads, d_head] are rotated by them (`olmo_repo.rope.rotate_qk`'s math, fp32 angles) after the q/k
-  norms, with the inverse frequencies and attention factor of transformers' `Olmo2RotaryEmbedding` for the
-  config (default, linear or YaRN), exactly as `olmo_repo.hf` does. A token's positions depend only on its
-  own hidden state, so keys enter the paged KV cache already rotated and prefix caching and chunked prefill
-  stay exact.
+- `repo` layers: a `RepoLayer` (`olmo_repo.rope`): f_phi predicts the positions from the layer's input x,
+  the packed hidden states [num_tokens, d] of every sequence in the batch; q and k [num_tokens, heads,
+  d_head] are rotated by them after the q/k norms, with the inverse frequencies and attention factor of
+  transformers' `Olmo2RotaryEmbedding` for the config (default, linear or YaRN), exactly as `olmo_repo.hf`
+  does. A token's positions depend only on its own hidden state, so keys enter the paged KV cache already
+  rotated and prefix caching and chunked prefill stay exact.
 
 Tensor parallel: heads are split across ranks; gate_map and content_map are replicated, final_map's rows
-(one per head) are split like the heads, so each rank predicts the positions of its own heads.
+(one per key/value head) are split like the key/value heads, so each rank predicts the positions of its own.
 """
 
 from __future__ import annotations
@@ -37,74 +36,83 @@ from vllm.model_executor.models.utils import (
 )
 from vllm.platforms import current_platform
 
-from ..rope import f_phi, rotate_forward
-from ..upstream.vllm import Olmo2Attention, Olmo2MLP
+from ..modes import PositionMode, layer_modes
+from ..rope import RepoLayer
+from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP
 from .config import repo_config
 
-__all__ = ["RepoOlmo2Attention", "RepoOlmo2DecoderLayer", "RepoOlmo2ForCausalLM", "RepoOlmo2Model"]
+__all__ = [
+    "RepoOlmo2Attention",
+    "RepoOlmo2DecoderLayer",
+    "RepoOlmo2ForCausalLM",
+    "RepoOlmo2Model",
+    "rank_kv_heads",
+]
 
 
-class RepoOlmo2Attention(Olmo2Attention):
+def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
+    """The key/value heads that tensor-parallel rank `tp_rank` holds: vLLM splits them across ranks, or
+    replicates each over tp_size / n_kv_heads ranks when there are fewer heads than ranks."""
+    per_rank = max(1, n_kv_heads // tp_size)
+    first = (tp_rank // max(1, tp_size // n_kv_heads)) * per_rank
+    return range(first, first + per_rank)
+
+
+class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
     """vLLM's Olmo2 attention with the rotary step of a `nope` or `repo` layer replaced."""
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.pe_mode = pe_mode
-        if pe_mode == "nope":
+        if pe_mode == PositionMode.nope:
             self._use_rope, self.rotary_emb = False, None
-        if pe_mode != "repo":
-            return
-        # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32
-        # (olmo_repo.rope.f_phi), and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
-        d, hidden, tp = self.config.hidden_size, self.config.hidden_size // 8, self.tp_size
         # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call: there
         # they are stored upcast once, their values rounded to the model dtype, and f_phi runs in fp32 on the
         # upcast x: the same products.
         self.model_dtype = vllm_config.model_config.dtype
-        dtype = torch.float32 if current_platform.is_cpu() else None
-        self.gate_map = nn.Linear(d, hidden, bias=False, dtype=dtype)
-        self.content_map = nn.Linear(d, hidden, bias=False, dtype=dtype)
-        # One row per head, split across ranks like the heads: rank r holds heads r*H/tp .. (r+1)*H/tp - 1.
-        self.final_map = nn.Linear(hidden, self.total_num_heads // tp, bias=False, dtype=dtype)
-        for linear in (self.gate_map, self.content_map, self.final_map):
-            linear.weight.weight_loader = self._load_f_phi  # type: ignore[attr-defined]
+        # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32,
+        # and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
+        self.init_repo(
+            pe_mode,
+            layer_id=extract_layer_index(prefix),
+            d_model=self.config.hidden_size,
+            n_kv_heads=self.total_num_kv_heads,
+            head_dim=self.head_dim,
+            kv_heads=rank_kv_heads(self.total_num_kv_heads, self.tp_size, self.tp_rank),
+            dtype=torch.float32 if current_platform.is_cpu() else None,
+        )
+        if pe_mode != PositionMode.repo:
+            return
+        for weight in self.f_phi_weights():
+            weight.weight_loader = self._load_f_phi  # type: ignore[attr-defined]
         # The inverse frequencies and attention factor that olmo_repo.hf rotates RePo positions with.
         rotary = Olmo2RotaryEmbedding(self.config)
         self.register_buffer("inv_freq", rotary.inv_freq.float(), persistent=False)  # [d_head/2]
         self.attention_scaling = float(rotary.attention_scaling)
 
-    def _load_f_phi(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
-        """vLLM's weight loader hook: the weight rounded to the model dtype; of final_map [H, d/8] only this
-        rank's rows."""
-        if param is self.final_map.weight:
-            rows = param.shape[0]
-            loaded = loaded[self.tp_rank * rows : (self.tp_rank + 1) * rows]
-        param.data.copy_(loaded.to(self.model_dtype))
+    def rope_frequencies(self, device: torch.device) -> tuple[torch.Tensor, float]:
+        return self.inv_freq.float(), self.attention_scaling  # fp32 whatever vLLM does to buffers
 
-    def predict_positions(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """f_phi: x [num_tokens, d] -> positions [num_tokens, heads of this rank], fp32."""
-        weights = (self.gate_map.weight, self.content_map.weight, self.final_map.weight)
-        x = hidden_states.to(weights[0].dtype)  # upcast where the weights are (CPU)
-        return f_phi(x.unsqueeze(0), *weights)[0].t()  # [1, H, T] -> [T, H]
+    def _load_f_phi(self, param: nn.Parameter, loaded: torch.Tensor) -> None:
+        """vLLM's weight loader hook: the weight rounded to the model dtype (stored as f_phi's weights are)."""
+        self.load_f_phi(param, loaded.to(self.model_dtype))
 
     def rotate(
         self, hidden_states: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The RePo step in place of `rotary_emb(positions, q, k)`: q, k [T, H * d_head] rotated by the positions
-        f_phi predicts from hidden_states [T, d], fp32 angles (`rotate_qk`'s forward math, without its autograd
-        wrapper, which vLLM's torch.compile cannot trace)."""
+        f_phi predicts from hidden_states [T, d] (upcast where the weights are: CPU)."""
         n = q.shape[0]
-        q, k = rotate_forward(
-            self.predict_positions(hidden_states),
-            self.inv_freq.float(),  # fp32 whatever vLLM does to buffers
-            [q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim)],
+        x = hidden_states.to(self.gate_map.weight.dtype)
+        q, k = self.reposition(
+            x,
+            q.view(n, self.num_heads, self.head_dim),
+            k.view(n, self.num_kv_heads, self.head_dim),
+            tokens_first=True,
         )  # [T, H, d_head]
-        if self.attention_scaling != 1.0:  # YaRN's attention factor, as the RoPE layers apply it
-            q, k = q * self.attention_scaling, k * self.attention_scaling
         return q.reshape(n, -1), k.reshape(n, -1)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.pe_mode != "repo":
+        if self.pe_mode != PositionMode.repo:
             return super().forward(positions, hidden_states)
         # Upstream's forward with `rotary_emb(positions, q, k)` replaced by `rotate`.
         qkv, _ = self.qkv_proj(hidden_states)
@@ -123,7 +131,7 @@ class RepoOlmo2DecoderLayer(nn.Module):
         self.self_attn = RepoOlmo2Attention(
             vllm_config=vllm_config, prefix=f"{prefix}.self_attn", pe_mode=pe_mode
         )
-        self.mlp = Olmo2MLP(vllm_config=vllm_config, prefix=f"{prefix}.mlp")
+        self.mlp = OlmoHybridMLP(vllm_config=vllm_config, prefix=f"{prefix}.mlp")
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
@@ -150,7 +158,7 @@ class RepoOlmo2Model(nn.Module):
         super().__init__()
         model_config = vllm_config.model_config
         config = model_config.hf_config
-        modes = repo_config(config, model_config.model).layer_modes()
+        modes = layer_modes(repo_config(config, model_config.model))
         self.embed_tokens = VocabParallelEmbedding(
             config.vocab_size, config.hidden_size, prefix=f"{prefix}.embed_tokens"
         )

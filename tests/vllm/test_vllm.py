@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from olmo_repo.hf import record_positions
+from olmo_repo.rope import RepoLayer, f_phi
 from olmo_repo.upstream import vllm as upstream
 
 from . import tiny
@@ -316,43 +317,60 @@ def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypa
         assert generated["vllm", task] == generated["hf", task], task
 
 
-@pytest.mark.parametrize("tp", [2, 4])
-def test_tensor_parallel_shards_reproduce_tp1(tp):
-    """The sharded computation at TP sizes a 2-core machine cannot run: each rank loads its heads' rows of
-    final_map through the model's weight loader, predicts its heads' positions and rotates its heads; stacked,
-    that is TP=1 (to fp32 rounding)."""
-    from types import SimpleNamespace
+class _RepoLayer(RepoLayer, torch.nn.Module):
+    """The RePo core as vLLM's attention holds it (a rank's key/value heads, f_phi's weights in `dtype`)."""
 
-    from olmo_repo.rope import f_phi, inv_frequencies, rotate_forward
-    from olmo_repo.vllm.model import RepoOlmo2Attention
+    def __init__(self, d: int, n_kv: int, hd: int, kv_heads: range | None = None, dtype=torch.float32):
+        super().__init__()
+        self.init_repo(
+            "repo",
+            layer_id=0,
+            d_model=d,
+            n_kv_heads=n_kv,
+            head_dim=hd,
+            rope_theta=5e5,
+            kv_heads=kv_heads,
+            dtype=dtype,
+        )
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("n_kv", [4, 2, 1])  # MHA, GQA (2 query heads per KV head), multi-query
+def test_tensor_parallel_shards_reproduce_tp1(tp, n_kv):
+    """The sharded computation at TP sizes a 2-core machine cannot run: each rank loads its key/value heads'
+    rows of final_map (`rank_kv_heads`, replicated when there are fewer heads than ranks), predicts their
+    positions and rotates its query and key heads; stacked, that is TP=1 (to fp32 rounding)."""
+    from olmo_repo.vllm.model import rank_kv_heads
 
     gen = torch.Generator().manual_seed(0)
     T, d, H, hd = 7, 128, 4, 32
     x = torch.randn(T, d, generator=gen)
-    gate, content = torch.randn(d // 8, d, generator=gen), torch.randn(d // 8, d, generator=gen)
-    final = torch.randn(H, d // 8, generator=gen)
-    q, k = torch.randn(T, H, hd, generator=gen), torch.randn(T, H, hd, generator=gen)
-    inv_freq = inv_frequencies(hd, 500_000.0)
+    weights = [torch.randn(d // 8, d, generator=gen), torch.randn(d // 8, d, generator=gen)]
+    weights.append(torch.randn(n_kv, d // 8, generator=gen))
+    q, k = torch.randn(T, H, hd, generator=gen), torch.randn(T, n_kv, hd, generator=gen)
 
-    def attention_inputs(final_rows: torch.Tensor, heads: slice) -> list[torch.Tensor]:
-        z = f_phi(x.unsqueeze(0), gate, content, final_rows)[0].t()  # [T, H / tp], as the model computes it
-        return rotate_forward(z, inv_freq, [q[:, heads], k[:, heads]])
+    def rotated(layer: _RepoLayer, q_heads: slice, kv_heads: range) -> tuple[torch.Tensor, torch.Tensor]:
+        for param, w in zip(layer.f_phi_weights(), weights):
+            layer.load_f_phi(param, w)
+        kv = slice(kv_heads.start, kv_heads.stop)
+        return layer.reposition(x, q[:, q_heads], k[:, kv], tokens_first=True)  # [T, heads, hd]
 
-    full = attention_inputs(final, slice(None))
+    full = rotated(_RepoLayer(d, n_kv, hd), slice(None), range(n_kv))
     shards = []
     for rank in range(tp):
-        rows = torch.empty(H // tp, d // 8)
-        loader = SimpleNamespace(
-            tp_rank=rank, final_map=SimpleNamespace(weight=rows), model_dtype=torch.float32
-        )
-        RepoOlmo2Attention._load_f_phi(loader, rows, final)
-        shards.append(attention_inputs(rows, slice(rank * H // tp, (rank + 1) * H // tp)))
+        kv_heads = rank_kv_heads(n_kv, tp, rank)
+        q_heads = slice(rank * H // tp, (rank + 1) * H // tp)
+        # the query heads of this rank are in the groups of its key/value heads
+        assert all(h // (H // n_kv) in kv_heads for h in range(H)[q_heads])
+        shards.append((kv_heads, rotated(_RepoLayer(d, n_kv, hd, kv_heads), q_heads, kv_heads)))
     # A GEMM with fewer output rows may sum in another order: the positions agree to eps * (d/8 terms) * |z|,
     # and so do the angles; the rotated vectors to that times their size.
-    z = f_phi(x.unsqueeze(0), gate, content, final)
+    z = f_phi(x, *weights)
     bound = 4 * torch.finfo(torch.float32).eps * (d // 8) * z.abs().max().item() * q.abs().max().item()
-    for i in range(2):  # q, k
-        assert (torch.cat([s[i] for s in shards], dim=1) - full[i]).abs().max().item() <= bound
+    q_stacked = torch.cat([s[0] for _, s in shards], dim=1)
+    assert (q_stacked - full[0]).abs().max().item() <= bound
+    for kv_heads, (_, k_shard) in shards:
+        assert (k_shard - full[1][:, kv_heads.start : kv_heads.stop]).abs().max().item() <= bound
 
 
 def serve_command(model: Path, port: int) -> list[str]:
@@ -425,11 +443,9 @@ def test_vllm_serve_answers_with_hfs_tokens(checkpoints, hf_reference, tmp_path)
 
 
 def test_f_phi_weights_upcast_on_cpu_give_the_bf16_positions():
-    """On CPU the model stores f_phi's weights in fp32 (rounded to the model dtype) and upcasts x: the same
-    positions as f_phi on the bf16 x and weights (what HF, or vLLM on a GPU, computes), to the last bit."""
-    from types import SimpleNamespace
-
-    from olmo_repo.rope import f_phi
+    """On CPU the model stores f_phi's weights in fp32, loaded through its weight loader (which rounds them to
+    the model dtype), and upcasts x: the same positions as f_phi on the bf16 x and weights (what HF, or vLLM on
+    a GPU, computes), to the last bit."""
     from olmo_repo.vllm.model import RepoOlmo2Attention
 
     gen = torch.Generator().manual_seed(0)
@@ -438,13 +454,11 @@ def test_f_phi_weights_upcast_on_cpu_give_the_bf16_positions():
     stored = [
         torch.randn(s, generator=gen) for s in ((d // 8, d), (d // 8, d), (H, d // 8))
     ]  # fp32 in the file
-    fake = SimpleNamespace(tp_rank=0, model_dtype=torch.bfloat16)
-    names = ("gate_map", "content_map", "final_map")
-    for name, w in zip(names, stored):
-        setattr(fake, name, torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=torch.float32))
-    for name, w in zip(names, stored):
-        RepoOlmo2Attention._load_f_phi(fake, getattr(fake, name).weight, w)
-    got = RepoOlmo2Attention.predict_positions(fake, x)  # [T, H]
-    expected = f_phi(x.unsqueeze(0), *(w.bfloat16() for w in stored))[0].t()
-    assert got.dtype == torch.float32 and got.abs().max() > 10
+    layer = _RepoLayer(d, H, d // H)
+    layer.model_dtype = torch.bfloat16
+    for param, w in zip(layer.f_phi_weights(), stored):
+        RepoOlmo2Attention._load_f_phi(layer, param, w)
+    got = layer.predict_positions(x.to(layer.gate_map.weight.dtype))  # [H, T]
+    expected = f_phi(x, *(w.bfloat16() for w in stored))
+    assert got.dtype == torch.float32 and got.shape == (H, T) and got.abs().max() > 10
     assert torch.equal(got, expected)

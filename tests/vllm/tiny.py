@@ -18,6 +18,8 @@ from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
 from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
 from olmo_repo.hf.convert import AUTO_MAP, REMOTE_CODE
+from olmo_repo.hf.formats import from_reference
+from olmo_repo.modes import layer_modes
 
 VOCAB, EOS, PAD = 384, 256, 257
 BASE = dict(
@@ -67,7 +69,7 @@ def save(
 ) -> torch.nn.Module:
     """A `repo_olmo2` checkpoint (plain `olmo2` when every layer is RoPE) in `path`; returns the HF model."""
     config = RepoOlmo2Config(**{**BASE, **overrides})
-    stock = all(m == "rope" for m in config.layer_modes())
+    stock = all(m == "rope" for m in layer_modes(config))
     model = Olmo2ForCausalLM(Olmo2Config(**{**BASE, **overrides})) if stock else RepoOlmo2ForCausalLM(config)
     _randomise(model, spread, seed)
     model.eval().save_pretrained(path)
@@ -86,7 +88,7 @@ def save_reference(
     """The reference implementation's format: an `olmo2` config.json with `pe_config`, RePo weights under
     `self_attn`; the HF model is this project's, built from the translated config."""
     config = RepoOlmo2Config.from_dict(
-        RepoOlmo2Config.dict_from_reference({**BASE, **overrides, "pe_config": pe_config}, None, "test")
+        from_reference({**BASE, **overrides, "pe_config": pe_config}, None, "test")
     )
     model = RepoOlmo2ForCausalLM(config)
     _randomise(model, 0.25, seed)
