@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .training import documented_commands
+import re
+
+from .training import ROOT, documented_commands
 
 
 def test_documented_commands_use_the_virtual_environment():
@@ -13,3 +15,10 @@ def test_documented_commands_use_the_virtual_environment():
     assert any(c.startswith(".venv/bin/torchrun --nproc_per_node=2") for c in commands)
     assert "make demo" in commands and "make test" in commands  # the README's two set-up commands
 
+
+def test_readme_links_point_at_files_of_the_repository():
+    """The docs pages' links are checked by `mkdocs build --strict`; the README is not a page of the site."""
+    links = re.findall(r"\]\(([^)#\s]+)[^)]*\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links to the documentation"
+    assert not [link for link in local if not (ROOT / link).exists()]
