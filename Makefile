@@ -28,12 +28,21 @@ system-deps:
 # The suite, then the vLLM tests in their own environment (tests/vllm/, README "Serving and evaluating with vLLM").
 test: install system-deps install-vllm
 	$(BIN)/ruff check .
+	$(MAKE) docs
 	$(BIN)/python -m pytest -q
 	$(VBIN)/python -m pytest -q --confcutdir tests/vllm tests/vllm
 
 # The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a missing page fails.
+.PHONY: docs docs-serve
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
 lint: install
 	$(BIN)/ruff check .

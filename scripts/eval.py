@@ -1,4 +1,4 @@
-"""Evaluate a model on RULER NIAH (offline) or on the paper's suite; see `--help` and README "Evaluation"."""
+"""Evaluate a model on RULER NIAH (offline) or on the paper's suite; see `--help` and docs/evaluation.md."""
 
 from olmo_repo.cli.eval import main
 

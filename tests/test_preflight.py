@@ -17,7 +17,7 @@ from olmo_repo import RepoTrainConfig
 from olmo_repo.train import preflight
 from olmo_repo.train.preflight import check_load_path_files, is_unsharded
 
-from .training import ROOT, STAGE1, readme_commands, small, truncate, write_corpus
+from .training import ROOT, STAGE1, documented_commands, small, truncate, write_corpus
 
 
 def _config(tmp_path, *extra: str) -> RepoTrainConfig:
@@ -114,10 +114,10 @@ def test_fsdp_preflight_accepts_bf16_through_fsdp_on_cpu(tmp_path):
     assert cfg.distributed_strategy == "fsdp"  # nothing switches silently
 
 
-def test_readme_two_process_examples_pass_preflight(tmp_path):
-    commands = [c for c in readme_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
+def test_documented_two_process_examples_pass_preflight(tmp_path):
+    commands = [c for c in documented_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
     assert len(commands) >= 2  # DDP and FSDP
-    data = write_corpus(tmp_path / "data")  # the README uses the demo's corpus
+    data = write_corpus(tmp_path / "data")  # the documented commands use the demo's corpus
     for command in commands:
         config, *flags = shlex.split(command)[3:]  # after torchrun, --nproc_per_node=2, scripts/train.py
         overrides = [re.sub(r"^--data_prefix=.*", f"--data_prefix={data}", f) for f in flags]

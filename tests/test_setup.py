@@ -1,12 +1,24 @@
-"""The README's commands and the Makefile's install, as a new user runs them."""
+"""The documented commands (README.md and docs/) and the Makefile's install, as a new user runs them."""
 
 from __future__ import annotations
 
-from .training import readme_commands
+import re
+
+from .training import ROOT, documented_commands
 
 
-def test_readme_commands_use_the_virtual_environment():
-    tools = ("python", "python3", "torchrun", "pip", "lm_eval", "pytest", "ruff")
-    bare = [c for c in readme_commands() if c.split(" ")[0] in tools]
+def test_documented_commands_use_the_virtual_environment():
+    tools = ("python", "python3", "torchrun", "pip", "lm_eval", "pytest", "ruff", "mkdocs")
+    commands = documented_commands()
+    bare = [c for c in commands if c.split(" ")[0] in tools]
     assert not bare, f"run from .venv/bin/ (the package is installed there): {bare}"
-    assert any(c.startswith(".venv/bin/torchrun --nproc_per_node=2") for c in readme_commands())
+    assert any(c.startswith(".venv/bin/torchrun --nproc_per_node=2") for c in commands)
+    assert "make demo" in commands and "make test" in commands  # the README's two set-up commands
+
+
+def test_readme_links_point_at_files_of_the_repository():
+    """The docs pages' links are checked by `mkdocs build --strict`; the README is not a page of the site."""
+    links = re.findall(r"\]\(([^)#\s]+)[^)]*\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links to the documentation"
+    assert not [link for link in local if not (ROOT / link).exists()]

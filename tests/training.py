@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,16 +42,43 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's indented blocks, continuation lines joined, comments dropped."""
+DOCUMENTED = ["README.md", "docs/**/*.md"]  # where a user reads commands
+SHELL_FENCES = ("sh", "bash", "shell", "console")
+
+
+def documented_pages() -> list[Path]:
+    """README.md and every page of the documentation site."""
+    return [page for pattern in DOCUMENTED for page in sorted(ROOT.glob(pattern))]
+
+
+def _shell_lines(text: str) -> Iterator[str]:
+    """The lines of ```sh (bash, shell, console) fences and of indented code blocks outside fences, stripped."""
+    fence, indented, after_blank = None, False, True  # fence: the open fence's language, None outside fences
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = None if fence is not None else stripped[3:].strip().split(" ")[0]
+        elif fence is not None:
+            if fence in SHELL_FENCES:
+                yield stripped
+        else:  # an indented code block starts after a blank line; blank lines inside it keep it open
+            indented = line.startswith("    ") and (indented or after_blank) if stripped else indented
+            after_blank = not stripped
+            if indented:
+                yield stripped
+
+
+def documented_commands() -> list[str]:
+    """The shell commands of README.md and the docs pages, continuation lines joined, comments dropped."""
     commands, current = [], ""
-    for line in (ROOT / "README.md").read_text().splitlines():
-        if not line.startswith("    ") or line.strip().startswith("#"):
-            continue
-        current += line.strip().removesuffix("\\")
-        if not line.endswith("\\"):
-            commands.append(current.split("  #")[0].strip())
-            current = ""
+    for page in documented_pages():
+        for line in _shell_lines(page.read_text()):
+            if not line or line.startswith("#"):
+                continue
+            current += line.removesuffix("\\")
+            if not line.endswith("\\"):
+                commands.append(current.split("  #")[0].strip())
+                current = ""
     return commands
 
 

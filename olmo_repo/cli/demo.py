@@ -1,6 +1,6 @@
 """`make demo`: build a tiny corpus offline, continue the shipped tiny base model with RoPE on CPU, then with
 RoPE, RePo and NoPE through `olmo_repo.cli.train`, print a table and write report.md as each part is ready (see
-README.md, "make demo"). A rerun resumes an interrupted demo and skips what finished with the same inputs."""
+docs/demo.md). A rerun resumes an interrupted demo and skips what finished with the same inputs."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Usage:
 CONFIG is a YAML file (configs/*.yaml); each --key=value overrides a config key, dotted for nested keys
 (--model.pe_start_layer=5, --save_folder=runs/x, --stop_at=100). The config's strategy (fsdp or ddp) on
 nccl with CUDA, on gloo without. Rerunning the same command resumes from the latest checkpoint in
-save_folder (or remote_save_folder). See README.md, section "Training".
+save_folder (or remote_save_folder). See docs/training.md.
 """
 
 from __future__ import annotations

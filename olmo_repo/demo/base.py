@@ -3,7 +3,7 @@ format, bf16, with its tokenizer): the analogue of the pre-trained OLMo-2 checkp
 from.
 
 Why ship it: retrieval (NIAH) needs induction heads, and a tiny model from scratch does not form them within
-a CPU demo's minutes (README, "make demo"). `make demo-base` rebuilds it: the demo's tokenizer, the "base"
+a CPU demo's minutes (docs/demo.md). `make demo-base` rebuilds it: the demo's tokenizer, the "base"
 split of the demo corpus (`olmo_repo.demo.corpus`), `tiny-base-rope.yaml` through `olmo_repo.cli.train`, and
 the conversion to HF in bf16, with the same seeds and data as the shipped one (51 min of training on 2 cores).
 Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
