@@ -55,9 +55,11 @@ demo: install
 demo-base: install
 	$(BIN)/python scripts/demo_base.py
 
-# RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine). See bench/RESULTS.md.
+# RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine), with multi-head and
+# grouped-query attention (4 query heads per key/value head). See bench/RESULTS.md.
 bench: install
 	$(BIN)/python bench/bench_repo.py --size cpu --json bench/last-cpu.json
+	$(BIN)/python bench/bench_repo.py --size cpu-gqa --json bench/last-cpu-gqa.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs

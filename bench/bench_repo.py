@@ -37,7 +37,7 @@ from olmo.model import OLMo
 from ratios import median_ci, within_round
 from tqdm import tqdm
 
-import olmo_repo.block
+import olmo_repo.rope
 from olmo_repo import RepoModelConfig, build_model, olmo2_model_config
 from olmo_repo.rope import rotate_reference
 
@@ -55,14 +55,18 @@ class Size:
     prompt: int
     new_tokens: int
     reps: int
+    n_kv_heads: int | None = None  # grouped-query attention: fewer key/value heads (None: n_heads)
 
 
 SIZES = {
-    # A smoke size for tests.
+    # Smoke sizes for tests.
     "tiny": Size(64, 4, 2, 1, 4, 128, 2, 32, 16, 4, 2),
+    "tiny-gqa": Size(64, 4, 2, 1, 4, 128, 2, 32, 16, 4, 2, n_kv_heads=2),
     # OLMo-2 1B layer width and heads; RePo in 2 of 3 layers (the 1B has 11 of 16). The vocabulary is cut to
     # 4096 so that the output layer does not dwarf three blocks (in the 1B, 16 blocks outweigh it 5:1).
     "cpu": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9),
+    # The same with grouped-query attention, 4 query heads per key/value head (OLMo 2 32B has 5).
+    "cpu-gqa": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9, n_kv_heads=4),
     # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15.
     "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10),
 }
@@ -72,6 +76,7 @@ def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
     return olmo2_model_config(
         d_model=size.d_model,
         n_heads=size.n_heads,
+        n_kv_heads=size.n_kv_heads,
         n_layers=size.n_layers,
         mlp_ratio=size.mlp_ratio,
         flash_attention=device == "cuda" and importlib.util.find_spec("flash_attn") is not None,
@@ -86,14 +91,19 @@ def model_config(size: Size, pe_mode: str, device: str) -> RepoModelConfig:
 
 @contextlib.contextmanager
 def reference_rotation(enabled: bool) -> Iterator[None]:
-    """Swap the block's rotation for the reference approach (materialised per-head cos/sin tables)."""
-    original = olmo_repo.block.rotate_qk
+    """Swap the RePo layer's rotation for the reference approach (materialised per-head cos/sin tables), in
+    training (`rotate_qk`) and decoding (`rotate_forward`)."""
+    originals = olmo_repo.rope.rotate_qk, olmo_repo.rope.rotate_forward
     if enabled:
-        olmo_repo.block.rotate_qk = lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
+        olmo_repo.rope.rotate_qk = lambda q, k, z, f, compiled=None: (
+            rotate_reference(q, z, f),
+            rotate_reference(k, z, f),
+        )
+        olmo_repo.rope.rotate_forward = lambda z, f, xs: [rotate_reference(x, z, f) for x in xs]
     try:
         yield
     finally:
-        olmo_repo.block.rotate_qk = original
+        olmo_repo.rope.rotate_qk, olmo_repo.rope.rotate_forward = originals
 
 
 def sync(device: str) -> None:
@@ -186,18 +196,19 @@ def component_times(
 ) -> dict[str, list[float]]:
     """Seconds of forward+backward of what one RePo layer does instead of a RoPE layer's rotation, at the
     benchmark's shape, each piece alone, interleaved: f_phi, RePo's rotation of q and k (eager, and through
-    torch.compile as on CUDA), the reference's rotation, and OLMo's rotary embedding (what a RoPE layer does
-    instead)."""
+    torch.compile as on CUDA; with grouped-query attention q has n_heads and k n_kv_heads heads), the
+    reference's rotation, and OLMo's rotary embedding (what a RoPE layer does instead)."""
     B, T, H, d = size.batch, size.seq, size.n_heads, size.d_model
+    n_kv, hd = size.n_kv_heads or H, d // H
     dtype = amp or torch.float32
     x = torch.randn(B, T, d, device=device, requires_grad=True)
-    q, k = (torch.randn(B, H, T, d // H, device=device, dtype=dtype, requires_grad=True) for _ in "qk")
-    positions = (torch.rand(B, H, T, device=device) * T).requires_grad_()
-    inv_freq = olmo_repo.block.inv_frequencies(d // H, repo_block.config.rope_theta, q.device)
-    grad = torch.randn(B, H, T, d // H, device=device, dtype=dtype)
+    q = torch.randn(B, H, T, hd, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, n_kv, T, hd, device=device, dtype=dtype, requires_grad=True)
+    positions = (torch.rand(B, n_kv, T, device=device) * T).requires_grad_()
+    grads = {t.shape: torch.randn(t.shape, device=device, dtype=dtype) for t in (q, k)}
 
     def backward(*outs: torch.Tensor) -> None:
-        torch.autograd.backward(outs, [grad if o.dim() == 4 else torch.ones_like(o) for o in outs])
+        torch.autograd.backward(outs, [grads.get(o.shape, torch.ones_like(o)) for o in outs])
 
     def autocast():
         return torch.autocast(device, dtype=dtype, enabled=amp is not None)
@@ -210,14 +221,14 @@ def component_times(
     def rotation(compiled: bool) -> Callable[[], None]:
         def go() -> None:
             with autocast():
-                outs = olmo_repo.block.rotate_qk(q, k, positions, inv_freq, compiled=compiled)
+                outs = repo_block.apply_positions(q, k, positions, compiled=compiled)
             backward(*outs)
 
         return go
 
     def reference() -> None:
-        with autocast():
-            outs = rotate_reference(q, positions, inv_freq), rotate_reference(k, positions, inv_freq)
+        with autocast(), reference_rotation(True):
+            outs = repo_block.apply_positions(q, k, positions)
         backward(*outs)
 
     def rope() -> None:

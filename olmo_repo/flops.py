@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 from olmo.config import ModelConfig
 
+from .modes import F_PHI_WEIGHTS
 from .registry import build_model
 
 __all__ = ["ParameterCount", "parameter_count", "training_flops"]
-
-_F_PHI = ("gate_map", "content_map", "final_map")
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ class ParameterCount:
     non_embedding: int
     """Without the input embedding: the N of 6 N D."""
     repo: int
-    """The f_phi weights (gate_map, content_map, final_map) of the RePo layers; part of `non_embedding`."""
+    """The f_phi weights (gate_map, content_map, final_map) of the RePo layers; part of `non_embedding`. With
+    grouped-query attention final_map has one row per key/value head."""
 
     @property
     def repo_overhead(self) -> float:
@@ -48,7 +48,7 @@ class ParameterCount:
 def parameter_count(model_config: ModelConfig) -> ParameterCount:
     """Count the parameters of `model_config` (built on the meta device; the config is not modified)."""
     model = build_model(dataclasses.replace(model_config, init_device="meta"))
-    repo = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[-2] in _F_PHI)
+    repo = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[-2] in F_PHI_WEIGHTS)
     return ParameterCount(model.num_params(), model.num_params(include_embedding=False), repo)
 
 

@@ -113,9 +113,10 @@ def check_position_modes(
 ) -> None:
     """Raise one `ValueError` naming the bad key (`prefix` + key) and what it allows.
 
-    The rules that hold on every backend; each adds its own (OLMo: the block type; HF: the RoPE type).
-    `keys` renames the size keys in messages to the backend's own (HF: {"n_layers": "num_hidden_layers",
-    ...}).
+    Grouped-query attention (n_kv_heads < n_heads) takes RePo too: one position per key/value head, shared by
+    its query heads. These are the rules of every backend; each adds its own (OLMo: the block type; HF: the
+    RoPE type). `keys` renames the size keys in messages to the backend's own (HF: {"n_layers":
+    "num_hidden_layers", ...}).
     """
     name = {"n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads", **(keys or {})}
     in_range = f"allowed 0..{n_layers - 1} ({name['n_layers']}={n_layers})"
@@ -130,17 +131,18 @@ def check_position_modes(
             raise ValueError(f"{prefix}pe_layer_ids has layer ids {bad} out of range: {in_range}")
         if len(set(pe_layer_ids)) != len(pe_layer_ids):
             raise ValueError(f"{prefix}pe_layer_ids={list(pe_layer_ids)} repeats a layer id")
+    if n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ValueError(
+            f"{prefix}{name['n_kv_heads']}={n_kv_heads} does not divide {prefix}{name['n_heads']}={n_heads}: "
+            "grouped-query attention needs the same number of query heads per key/value head; allowed: a "
+            f"divisor of {n_heads}"
+        )
     if pe_mode == PositionMode.rope:
         return
     if not any(i >= pe_start_layer for i in (range(n_layers) if pe_layer_ids is None else pe_layer_ids)):
         raise ValueError(
             f"{prefix}pe_mode={pe_mode} selects no layer: pe_start_layer={pe_start_layer} and "
             f"pe_layer_ids={None if pe_layer_ids is None else list(pe_layer_ids)} have no layer in common"
-        )
-    if pe_mode == PositionMode.repo and n_kv_heads != n_heads:
-        raise ValueError(
-            f"{prefix}pe_mode=repo predicts one position per query head, so grouped-query attention is not "
-            f"supported: {prefix}{name['n_kv_heads']}={n_kv_heads} must equal {prefix}{name['n_heads']}={n_heads}"
         )
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "COMPILED_ROTATION",
     "LinearFp32Out",
     "RepoLayer",
+    "check_final_map_rows",
     "f_phi",
     "inv_frequencies",
     "observe_positions",
@@ -324,6 +325,7 @@ class RepoLayer:
         self.repo_head_dim, self.repo_rope_theta = head_dim, rope_theta
         if self.pe_mode != PositionMode.repo:
             return
+        self.repo_n_kv_heads = n_kv_heads
         self.f_phi_rows = range(n_kv_heads) if kv_heads is None else kv_heads
         hidden = d_model // F_PHI_HIDDEN_RATIO
         shapes = ((d_model, hidden), (d_model, hidden), (hidden, len(self.f_phi_rows)))
@@ -331,6 +333,7 @@ class RepoLayer:
             self.add_module(name, nn.Linear(d_in, d_out, bias=False, device=device, dtype=dtype))
         # Hook point, no parameters: `observe_positions` reads the positions [..., H_kv, T] passing through.
         self.positions_out = nn.Identity()
+        self.register_load_state_dict_pre_hook(_check_loaded_f_phi)
 
     def f_phi_weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """gate_map, content_map, final_map's weights, in `f_phi`'s order."""
@@ -360,14 +363,20 @@ class RepoLayer:
         return self.positions_out(z)
 
     def apply_positions(
-        self, q: Tensor, k: Tensor, positions: Tensor, *, tokens_first: bool = False
+        self,
+        q: Tensor,
+        k: Tensor,
+        positions: Tensor,
+        *,
+        tokens_first: bool = False,
+        compiled: bool | None = None,
     ) -> tuple[Tensor, Tensor]:
         """q [..., H, T, d_head] and k [..., H_kv, T, d_head] rotated by positions [..., H_kv, T], each key/value
         head's position shared by its H / H_kv query heads; YaRN's attention factor applied. `tokens_first`:
         q and k are [..., T, H, d_head] (vLLM's packed tokens). `nope` layers: q and k as they are.
 
-        Differentiable, positions included (`rotate`); without autograd, `rotate_forward`, which torch.compile
-        (vLLM's) can trace.
+        Differentiable, positions included (`rotate_qk`; `compiled`: through torch.compile, by default on
+        CUDA); without autograd, `rotate_forward`, which torch.compile (vLLM's) can trace.
         """
         if self.pe_mode != PositionMode.repo:
             return q, k
@@ -378,7 +387,7 @@ class RepoLayer:
         q, k = q.unflatten(heads, (n_kv, -1)), k.unflatten(heads, (n_kv, -1))  # H -> (H_kv, group)
         inv_freq, scale = self.rope_frequencies(q.device)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or z.requires_grad):
-            q, k = rotate_qk(q, k, z, inv_freq)
+            q, k = rotate_qk(q, k, z, inv_freq, compiled=compiled)
         else:
             q, k = rotate_forward(z, inv_freq, [q, k])
         q, k = q.flatten(heads - 1, heads), k.flatten(heads - 1, heads)
@@ -397,8 +406,25 @@ class RepoLayer:
     def load_f_phi(self, param: Tensor, loaded: Tensor) -> None:
         """Copy a checkpoint's f_phi weight into `param`; of final_map [H_kv, d_model // 8] only `f_phi_rows`."""
         if param is self.final_map.weight:
+            check_final_map_rows(loaded.shape[0], self.repo_n_kv_heads, "final_map.weight")
             loaded = loaded[self.f_phi_rows.start : self.f_phi_rows.stop]
         param.data.copy_(loaded)
+
+
+def check_final_map_rows(rows: int, n_kv_heads: int, key: str) -> None:
+    """A checkpoint's final_map must predict one position per key/value head: ValueError naming `key` and the
+    sizes otherwise (a multi-head checkpoint in a grouped model, or the other way round)."""
+    if rows != n_kv_heads:
+        raise ValueError(
+            f"{key} predicts {rows} positions per token, but this model has {n_kv_heads} key/value heads (one "
+            "position each): the checkpoint and the config are of different models"
+        )
+
+
+def _check_loaded_f_phi(layer: RepoLayer, state_dict: dict[str, Tensor], prefix: str, *args: object) -> None:
+    """`load_state_dict`'s pre-hook of a RePo layer: one clear line instead of a size-mismatch listing."""
+    if (loaded := state_dict.get(prefix + "final_map.weight")) is not None:
+        check_final_map_rows(loaded.shape[0], layer.repo_n_kv_heads, prefix + "final_map.weight")
 
 
 def repo_layers(model: nn.Module) -> list[RepoLayer]:

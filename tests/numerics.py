@@ -104,7 +104,7 @@ def _rope_float64(self: RotaryEmbedding, q: Tensor, k: Tensor) -> tuple[Tensor, 
         return _STOCK_ROPE(self, q, k)
     head_dim, key_len = q.shape[-1], k.shape[-2]
     inv_freq = 1.0 / self.config.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    positions = torch.arange(key_len, dtype=torch.float64).expand(*k.shape[:-1])  # [B, H, T_k]
+    positions = torch.arange(key_len, dtype=torch.float64).expand(k.shape[0], 1, key_len)  # [B, 1, T_k]
     return rotate_reference(q, positions[..., key_len - q.shape[-2] :], inv_freq), rotate_reference(
         k, positions, inv_freq
     )

@@ -13,13 +13,14 @@ from .conftest import ROOT
 
 
 @pytest.mark.slow
-def test_benchmark_smoke(tmp_path):
+@pytest.mark.parametrize("size", ["tiny", "tiny-gqa"])  # multi-head and grouped-query attention
+def test_benchmark_smoke(tmp_path, size):
     out = tmp_path / "bench.json"
     cmd = [
         sys.executable,
         str(ROOT / "bench" / "bench_repo.py"),
         "--size",
-        "tiny",
+        size,
         "--reps",
         "2",
         "--json",

@@ -164,7 +164,7 @@ BAD = [
     ),
     (["model.pe_mode=repo", "model.rope=false"], "model.rope", "allowed: rope: true"),
     (["model.pe_mode=nope", "model.rope=false"], "model.rope", "allowed: rope: true"),
-    (["model.pe_mode=repo", "model.n_kv_heads=4"], "model.n_kv_heads=4", "grouped-query"),
+    (["model.pe_mode=repo", "model.n_kv_heads=3"], "model.n_kv_heads=3", "does not divide model.n_heads=16"),
     (["model.pe_mode=repo", "model.block_type=llama"], "model.block_type", "allowed: sequential"),
 ]
 

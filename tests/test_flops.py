@@ -57,3 +57,16 @@ def test_command_prints_the_table(capsys):
     assert "| 1,290,975,232 | 11,579,392 | 0.905% | 3.84e20 | 3.87e20 |" in out
     assert flops_main(["missing.yaml"]) == 1
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_grouped_query_attention_counts_final_maps_rows_per_key_value_head():
+    """OLMo 2 32B's grouping (40 query, 8 key/value heads) at a small width: final_map has one row per
+    key/value head, and the key/value projections are smaller too."""
+    gqa = tiny_config(d_model=80, n_heads=40, n_kv_heads=8, pe_mode="repo", pe_start_layer=1)
+    mha = dataclasses.replace(gqa, n_kv_heads=None)
+    assert parameter_count(gqa).repo == 3 * (2 * 80 * 10 + 10 * 8)
+    assert parameter_count(mha).repo == 3 * (2 * 80 * 10 + 10 * 40)
+    # The non-embedding difference per layer: k and v lose 32 heads x 2 dims of rows (of width 80) and the
+    # k norm their 64 weights; in the 3 RePo layers final_map loses 32 rows of 10.
+    saved = 4 * (2 * 64 * 80 + 64) + 3 * 10 * 32
+    assert parameter_count(mha).non_embedding - parameter_count(gqa).non_embedding == saved

@@ -46,9 +46,9 @@ MODES = {
     "nope": dict(pe_mode="nope"),
     "hybrid-repo": dict(pe_mode="repo", pe_layer_ids=[0, 2]),
     "hybrid-nope": dict(pe_mode="nope", pe_layer_ids=[1, 3]),  # R2N1-like
-    "nope-gqa": dict(
-        pe_mode="nope", pe_layer_ids=[1, 3], n_kv_heads=2
-    ),  # NoPE allows grouped-query attention
+    "nope-gqa": dict(pe_mode="nope", pe_layer_ids=[1, 3], n_kv_heads=2),
+    "repo-gqa": dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=2),  # one position per key/value head
+    "repo-mqa": dict(pe_mode="repo", pe_layer_ids=[1, 3], n_kv_heads=1),  # multi-query
 }
 
 
@@ -105,7 +105,8 @@ def test_output_positions_are_the_olmo_positions(converted):
     assert not expected or max(z.max() - z.min() for z in expected.values()) > 10  # rotations matter here
     roundings = 2 * model_roundings(olmo.config, 24)  # positions of a layer: the forward up to it, f_phi
     for layer, z in expected.items():
-        assert out.positions[layer].shape == (2, 4, 24) and out.positions[layer].dtype == torch.float32
+        n_kv = olmo.config.effective_n_kv_heads  # one position per key/value head
+        assert out.positions[layer].shape == (2, n_kv, 24) and out.positions[layer].dtype == torch.float32
         assert_within(out.positions[layer], z, roundings=roundings, what=f"positions of layer {layer}")
         assert_within(base.positions[layer], z, roundings=roundings, what=f"base positions of layer {layer}")
     with torch.no_grad():
@@ -393,6 +394,11 @@ REFERENCE_CASES = {
         {"dynamic_pe_mode": "swigluex_multihead", "dynmaic_pe_start_layer": 0, "dynmaic_pe_layer_ids": "1,3"},
     ),
     "nope": (dict(pe_mode="nope"), {"dynamic_pe_mode": "nope", "dynmaic_pe_start_layer": 0}),
+    # grouped-query attention (which the reference cannot run): one position per key/value head
+    "repo gqa": (
+        dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=2),
+        {"dynamic_pe_mode": "swigluex_multihead", "dynmaic_pe_start_layer": 1},
+    ),
     # Only the correctly spelled keys: the reference's model ignores them and puts RePo in every layer.
     "correct spelling only": (
         dict(pe_mode="repo"),
@@ -546,8 +552,10 @@ def test_unsupported_inputs_fail_with_one_clear_error(tmp_path, tokenizer_file):
         RepoOlmo2Config(num_hidden_layers=2, pe_mode="rep")
     with pytest.raises(StrictDataclassError, match="pe_start_layer=4"):
         RepoOlmo2Config(num_hidden_layers=4, pe_mode="repo", pe_start_layer=4)
-    with pytest.raises(StrictDataclassError, match="grouped-query"):
-        RepoOlmo2Config(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, pe_mode="repo")
+    with pytest.raises(
+        StrictDataclassError, match="num_key_value_heads=3 does not divide num_attention_heads=4"
+    ):
+        RepoOlmo2Config(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=3, pe_mode="repo")
     with pytest.raises(StrictDataclassError, match="rope_type='dynamic'"):
         RepoOlmo2Config(
             num_hidden_layers=2,
@@ -696,3 +704,25 @@ def test_as_hf_dir_takes_hf_dirs_as_they_are_and_converts_olmo_checkpoints(tmp_p
     with pytest.raises(FileNotFoundError, match="not a model directory"):
         with as_hf_dir(tmp_path):
             pass
+
+
+@pytest.mark.parametrize("stored, n_kv", [(4, 2), (2, 4)])
+def test_a_checkpoint_whose_f_phi_does_not_fit_its_config_is_refused_in_one_line(
+    tmp_path, tokenizer_file, stored, n_kv
+):
+    """final_map of a multi-head model in a directory whose config says grouped (and the other way round):
+    every reader of an HF directory names the weight and the sizes in one line, and writes nothing."""
+    make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1, n_kv_heads=stored)
+    hf_dir = convert_to_hf(tmp_path / "olmo", tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    (hf_dir / "config.json").write_text(json.dumps({**config, "num_key_value_heads": n_kv}))
+    message = rf"^{re.escape(str(hf_dir))}: model\.layers\.1\.self_attn\.final_map\.weight predicts {stored} positions per token, but this model has {n_kv} key/value heads"
+    for load in (
+        lambda: read_hf_config(hf_dir),
+        lambda: convert_from_hf(hf_dir, tmp_path / "back"),
+        lambda: convert_to_hf(hf_dir, tmp_path / "again"),
+    ):
+        with pytest.raises(ValueError, match=message) as error:
+            load()
+        assert "\n" not in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]

@@ -348,6 +348,8 @@ def test_f_phi_uses_olmo_truncated_normal_init():
         dict(pe_mode="nope"),
         dict(pe_mode="nope", pe_layer_ids=[1, 3]),
         dict(pe_mode="repo", pe_layer_ids=[0, 2]),
+        dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=2),  # grouped-query attention
+        dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=1),  # multi-query
     ],
 )
 @pytest.mark.parametrize("block_group_size", [1, 2])
@@ -508,3 +510,66 @@ def test_bf16_autocast_training_step_runs():
         loss = model(_ids()).logits.float().pow(2).mean()
     loss.backward()
     assert torch.isfinite(model.transformer.blocks[1].final_map.weight.grad).all()
+
+
+def _expand_kv_heads(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """The weights of a grouped-query model as a multi-head one computing the same function, by hand: every
+    key/value head's rows of att_proj (k and v), of k_norm and of final_map copied to each query head of its
+    group (k_norm is an RMS norm over all key heads, which copies leave unchanged)."""
+    H, n_kv, hd = config.n_heads, config.effective_n_kv_heads, config.d_model // config.n_heads
+    group = H // n_kv
+    out = {}
+    for key, w in state.items():
+        name = key.rsplit(".", 2)[-2] if "blocks" in key else None
+        if name == "att_proj":
+            q, k, v = w.split([H * hd, n_kv * hd, n_kv * hd])
+            k, v = (t.unflatten(0, (n_kv, hd)).repeat_interleave(group, 0).flatten(0, 1) for t in (k, v))
+            w = torch.cat([q, k, v])
+        elif name == "k_norm":
+            w = w.unflatten(0, (n_kv, hd)).repeat_interleave(group, 0).flatten()
+        elif name == "final_map":
+            w = w.repeat_interleave(group, 0)  # [n_kv, d/8] -> [H, d/8]: each query head its group's position
+        out[key] = w
+    return out
+
+
+@pytest.mark.parametrize("n_kv", [2, 1])  # grouped-query, multi-query
+def test_grouped_query_repo_equals_float64_multi_head_with_keys_expanded_by_hand(n_kv):
+    """GQA RePo: each query head scores with its group's key and position, q_i^T R(z_j^g - z_i^g) k_j. The
+    fp32 grouped model against the float64 multi-head model whose keys, values and positions are the grouped
+    ones copied to every query head: logits, gradients of the shared weights and a cached decoding step."""
+    gqa = build_model(tiny_config(pe_mode="repo", pe_start_layer=1, n_kv_heads=n_kv))
+    spread_positions(gqa)
+    mha = build_model(tiny_config(pe_mode="repo", pe_start_layer=1))
+    mha.load_state_dict(_expand_kv_heads(gqa.state_dict(), gqa.config))
+    ids = _ids()
+    positions = predict_positions(gqa, ids)
+    assert all(z.shape == (B, n_kv, T) for z in positions.values())
+    with float64_truth(mha) as truth:
+        true_logits = truth(ids).logits
+        true_grads = _grads(truth, ids)
+        true_positions = predict_positions(truth, ids)
+    with float64_truth(gqa) as gqa64:
+        positions64 = predict_positions(gqa64, ids)
+    for layer, z in positions64.items():  # the expanded model's query heads carry their group's position
+        # Two float64 f_phi (final_map's GEMM of n_kv or 4 rows may sum its d/8 terms in another order).
+        expanded = z.repeat_interleave(4 // n_kv, dim=1)
+        assert_within(
+            expanded, true_positions[layer], roundings=4 * (64 + 8), what=f"positions of layer {layer}"
+        )
+    forward = model_roundings(gqa.config, T)
+    assert_within(gqa(ids).logits, true_logits, roundings=forward, what="GQA logits")
+    grads = _grads(gqa, ids)
+    backward = model_roundings(gqa.config, T, batch_tokens=B * T)
+    for key in (
+        "transformer.wte.weight",
+        "transformer.blocks.2.final_map.weight",
+        "transformer.blocks.3.attn_out.weight",
+    ):
+        want = true_grads[key] if "final_map" not in key else true_grads[key].unflatten(0, (n_kv, -1)).sum(1)
+        assert_within(grads[key], want, roundings=backward, what=f"gradient of {key}")
+    with torch.no_grad():
+        out = gqa(ids[:, :-1], use_cache=True)
+        assert out.attn_key_values[2][0].shape == (B, n_kv, T - 1, 16)  # the cache keeps its grouped size
+        step = gqa(ids[:, -1:], past_key_values=out.attn_key_values).logits
+    assert_within(step, true_logits[:, -1:], roundings=forward, what="cached decoding step")

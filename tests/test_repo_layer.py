@@ -183,3 +183,19 @@ def test_load_f_phi_takes_this_ranks_rows_of_final_map():
     h = torch.nn.functional.silu(x.double() @ gate.T) * (x.double() @ content.T)
     magnitude = (h.abs() @ final.abs().T).T[2:4]
     assert_within(z, z_full[2:4].double(), roundings=2 * (D // F_PHI_HIDDEN_RATIO), magnitude=magnitude)
+
+
+def test_a_final_map_of_another_size_is_refused_in_one_line_naming_the_key():
+    """A multi-head checkpoint (one position per query head) into a grouped layer, by `load_state_dict` and
+    by vLLM's loader (`load_f_phi`)."""
+    mha, gqa = _spread(Layer(n_kv=4)), Layer(n_kv=2)
+    wrapped = nn.ModuleDict({"attn": gqa})
+    with pytest.raises(
+        ValueError,
+        match=r"^attn\.final_map\.weight predicts 4 positions per token, but this model has 2 key/value heads",
+    ) as error:
+        wrapped.load_state_dict({f"attn.{k}": v for k, v in mha.state_dict().items()})
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="predicts 4 positions per token, but this model has 2"):
+        gqa.load_f_phi(gqa.final_map.weight, mha.final_map.weight)
+    gqa.load_state_dict(_spread(Layer(n_kv=2)).state_dict())  # the right size loads

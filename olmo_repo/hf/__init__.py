@@ -20,7 +20,7 @@ from ..modes import layer_modes, repo_layer_ids
 from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
 from .configuration_repo_olmo2 import RepoOlmo2Config
-from .formats import from_reference, hub_kwargs, read_hf_config, read_reference, weight_names
+from .formats import hub_kwargs, read_hf_config, read_reference, reference_config, weight_shapes
 from .modeling_repo_olmo2 import (
     RepoOlmo2CausalLMOutputWithPast,
     RepoOlmo2ForCausalLM,
@@ -29,12 +29,12 @@ from .modeling_repo_olmo2 import (
 )
 
 
-def _reference_config(config: Olmo2Config, weights: list[str] | None, source: str) -> RepoOlmo2Config:
-    return RepoOlmo2Config.from_dict(from_reference(config.to_dict(), weights, source))
+def _reference_config(config: Olmo2Config, shapes: Any, source: str) -> RepoOlmo2Config:
+    return reference_config(config.to_dict(), shapes, source)
 
 
-def _weight_names(path: Any, **kwargs: Any) -> list[str] | None:
-    return weight_names(path, **hub_kwargs(kwargs))
+def _weight_shapes(path: Any, **kwargs: Any) -> Any:
+    return weight_shapes(path, **hub_kwargs(kwargs))
 
 
 # The registration this import does (see the module docstring).
@@ -47,7 +47,7 @@ for _auto, _stock, _repo in (
     (AutoModelForCausalLM, Olmo2ForCausalLM, RepoOlmo2ForCausalLM),
 ):
     _auto.register(
-        Olmo2Config, olmo2_or_reference(_stock, _repo, _reference_config, _weight_names), exist_ok=True
+        Olmo2Config, olmo2_or_reference(_stock, _repo, _reference_config, _weight_shapes), exist_ok=True
     )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

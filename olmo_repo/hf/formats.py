@@ -8,7 +8,9 @@
   olmo_repo.hf`) and vLLM (`olmo_repo.vllm.config`). It reads `pe_config` as the reference's model reads it,
   and checks it against the layers whose weights carry f_phi, which are the truth.
 
-This module reads weight names (safetensors headers, index files, the Hub), so it is not remote code.
+`check_f_phi` checks a checkpoint's f_phi weights against its config (one position per key/value head) before
+anything loads them. This module reads weight names and shapes (safetensors headers, index files, the Hub),
+so it is not remote code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import re
 import struct
 from collections.abc import Iterable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,12 +28,28 @@ import torch
 from transformers import Olmo2Config
 from transformers.utils import cached_file
 
-from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes, parse_layer_ids, reference_mode
+from ..modes import (
+    F_PHI_HIDDEN_RATIO,
+    F_PHI_WEIGHTS,
+    PositionMode,
+    layer_modes,
+    parse_layer_ids,
+    reference_mode,
+)
+from ..rope import check_final_map_rows
 from .configuration_repo_olmo2 import RepoOlmo2Config
 
-__all__ = ["from_reference", "hub_kwargs", "read_hf_config", "read_reference", "weight_names"]
+__all__ = [
+    "check_f_phi",
+    "from_reference",
+    "reference_config",
+    "hub_kwargs",
+    "read_hf_config",
+    "read_reference",
+    "weight_shapes",
+]
 
-_REPO_WEIGHT = re.compile(rf"(?:model\.)?layers\.(\d+)\.self_attn\.(?:{'|'.join(F_PHI_WEIGHTS)})\.weight")
+_F_PHI_WEIGHT = re.compile(rf"(?:model\.)?layers\.(\d+)\.self_attn\.({'|'.join(F_PHI_WEIGHTS)})\.weight")
 
 
 def hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -39,32 +58,60 @@ def hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs[k] for k in keys if k in kwargs}
 
 
-def _safetensors_names(path: str) -> list[str]:
-    """Tensor names from a safetensors header (8-byte little-endian length, then JSON), without the data."""
+Shapes = dict[str, tuple[int, ...] | None]
+"""Weight name -> shape (None where only an index names the weight)."""
+
+
+def _safetensors_shapes(path: str) -> Shapes:
+    """Tensor shapes from a safetensors header (8-byte little-endian length, then JSON), without the data."""
     with open(path, "rb") as f:
         (length,) = struct.unpack("<Q", f.read(8))
         try:
             header = json.loads(f.read(length))
         except ValueError:
             raise ValueError(f"{path} is truncated or corrupt (unreadable safetensors header)") from None
-    return [name for name in header if name != "__metadata__"]
+    return {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
 
 
-def weight_names(path: str | os.PathLike, **hub: Any) -> list[str] | None:
-    """Names of the weights of a local HF directory or Hub repository (safetensors, sharded or not, or
-    pytorch_model.bin), read without loading tensors; None if it has no weights."""
+def weight_shapes(path: str | os.PathLike, **hub: Any) -> Shapes | None:
+    """The weights of a local HF directory or Hub repository (safetensors, sharded or not, or
+    pytorch_model.bin) and their shapes, read without loading tensors; None if it has no weights. Of a sharded
+    checkpoint on the Hub only the index is read (shapes None)."""
     # transformers' private `_raise_exceptions_for_missing_entries` (5.24): None for a missing file, as
     # `cached_file` has no public switch for that (canary: olmo_repo.upstream.transformers).
     find = lambda name: cached_file(path, name, _raise_exceptions_for_missing_entries=False, **hub)  # noqa: E731
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (file := find(index)) is not None:
             with open(file) as f:
-                return list(json.load(f)["weight_map"])
+                weight_map = json.load(f)["weight_map"]
+            shards = {Path(path) / name for name in set(weight_map.values())}
+            if index.startswith("model.safetensors") and all(shard.is_file() for shard in shards):
+                return {k: v for shard in sorted(shards) for k, v in _safetensors_shapes(str(shard)).items()}
+            return dict.fromkeys(weight_map)
     if (file := find("model.safetensors")) is not None:
-        return _safetensors_names(file)
+        return _safetensors_shapes(file)
     if (file := find("pytorch_model.bin")) is not None:
-        return list(torch.load(file, map_location="meta", weights_only=True, mmap=True))
+        state = torch.load(file, map_location="meta", weights_only=True, mmap=True)
+        return {name: tuple(tensor.shape) for name, tensor in state.items()}
     return None
+
+
+def check_f_phi(shapes: Shapes | None, config: Olmo2Config, source: str) -> None:
+    """Every f_phi weight among `shapes` (a checkpoint's) has the shape that `config` builds: gate_map and
+    content_map [d // 8, d], final_map [num_key_value_heads, d // 8] (one position per key/value head).
+    One ValueError naming the weight and the sizes otherwise."""
+    d, n_kv = config.hidden_size, config.num_key_value_heads
+    hidden = d // F_PHI_HIDDEN_RATIO
+    expected = {"gate_map": (hidden, d), "content_map": (hidden, d), "final_map": (n_kv, hidden)}
+    for name, shape in (shapes or {}).items():
+        if shape is None or not (m := _F_PHI_WEIGHT.fullmatch(name)) or shape == expected[m[2]]:
+            continue
+        if m[2] == "final_map":
+            check_final_map_rows(shape[0], n_kv, f"{source}: {name}")
+        raise ValueError(
+            f"{source}: {name} has shape {shape}, but hidden_size={d} needs {expected[m[2]]} (f_phi's hidden "
+            f"width is hidden_size // {F_PHI_HIDDEN_RATIO})"
+        )
 
 
 def _pe_keys(pe_config: dict[str, Any], n_layers: int, weights: Iterable[str] | None, source: str) -> dict:
@@ -82,7 +129,7 @@ def _pe_keys(pe_config: dict[str, Any], n_layers: int, weights: Iterable[str] | 
     keys = dict(pe_mode=str(pe_mode), pe_start_layer=start, pe_layer_ids=ids)
     if weights is None:
         return keys
-    carried = sorted({int(m[1]) for name in weights if (m := _REPO_WEIGHT.fullmatch(name))})
+    carried = sorted({int(m[1]) for name in weights if (m := _F_PHI_WEIGHT.fullmatch(name))})
     modes = layer_modes(SimpleNamespace(**keys), n_layers)
     selected = [i for i, m in enumerate(modes) if m != PositionMode.rope]
     if carried != (selected if pe_mode == PositionMode.repo else []):
@@ -105,10 +152,18 @@ def from_reference(config_dict: dict[str, Any], weights: Iterable[str] | None, s
     return {**rest, **pe, "model_type": RepoOlmo2Config.model_type}
 
 
+def reference_config(config_dict: dict[str, Any], shapes: Shapes | None, source: str) -> RepoOlmo2Config:
+    """`from_reference` as a `RepoOlmo2Config`, its f_phi weights checked (`check_f_phi`) when `shapes` are
+    given."""
+    config = RepoOlmo2Config.from_dict(from_reference(config_dict, shapes, source))
+    check_f_phi(shapes, config, source)
+    return config
+
+
 def read_reference(config_dict: dict[str, Any], path: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
     """`from_reference` checked against the weights at `path` (a directory or Hub id; `from_pretrained`'s
     keyword arguments say where)."""
-    return from_reference(config_dict, weight_names(path, **hub_kwargs(kwargs)), str(path))
+    return from_reference(config_dict, weight_shapes(path, **hub_kwargs(kwargs)), str(path))
 
 
 def read_hf_config(hf_dir: str | os.PathLike) -> Olmo2Config:
@@ -120,10 +175,13 @@ def read_hf_config(hf_dir: str | os.PathLike) -> Olmo2Config:
     model_type = raw.get("model_type")
     if model_type not in ("olmo2", RepoOlmo2Config.model_type):
         raise ValueError(f"{hf_dir}: model_type={model_type!r} is not supported; allowed: olmo2, repo_olmo2")
+    shapes = weight_shapes(hf_dir)
     if "pe_config" in raw:
-        raw = read_reference(raw, hf_dir)
+        raw = from_reference(raw, shapes, str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
     if model_type == RepoOlmo2Config.model_type or raw.get("pe_mode", "rope") != "rope":
-        return RepoOlmo2Config.from_dict(raw)
+        config = RepoOlmo2Config.from_dict(raw)
+        check_f_phi(shapes, config, str(hf_dir))
+        return config
     return Olmo2Config.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})

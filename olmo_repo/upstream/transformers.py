@@ -35,12 +35,12 @@ CANARIES = {
 
 
 def olmo2_or_reference(
-    stock: type[PreTrainedModel], repo: type[PreTrainedModel], translate: Any, weight_names: Any
+    stock: type[PreTrainedModel], repo: type[PreTrainedModel], translate: Any, weight_shapes: Any
 ) -> type[PreTrainedModel]:
     """What an Auto class builds for an `olmo2` config: `stock`, or `repo` if the config has `pe_config`.
 
-    translate(config, weights, source) -> the `repo` config of a reference-format config; weight_names(path,
-    **hub kwargs) -> the checkpoint's weight names (which layers carry RePo weights), or None.
+    translate(config, shapes, source) -> the `repo` config of a reference-format config; weight_shapes(path,
+    **hub kwargs) -> the checkpoint's weights and shapes (which layers carry RePo weights), or None.
     """
 
     class Olmo2OrReference(stock):  # type: ignore[misc,valid-type]
@@ -50,7 +50,7 @@ def olmo2_or_reference(
         ) -> PreTrainedModel:
             if getattr(config, "pe_config", None) is None:
                 return stock.from_pretrained(path, *args, config=config, **kwargs)
-            config = translate(config, weight_names(path, **kwargs), str(path))
+            config = translate(config, weight_shapes(path, **kwargs), str(path))
             return repo.from_pretrained(path, *args, config=config, **kwargs)
 
         @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from ..hf.configuration_repo_olmo2 import RepoOlmo2Config
-from ..hf.formats import from_reference, weight_names
+from ..hf.formats import check_f_phi, reference_config, weight_shapes
 from ..upstream.vllm import VerifyAndUpdateConfig
 
 __all__ = ["ARCHITECTURES", "RepoConfigCheck", "repo_config"]
@@ -17,18 +17,18 @@ ARCHITECTURES = ("RepoOlmo2ForCausalLM", "Olmo2ForCausalLM")
 
 def repo_config(hf_config: PretrainedConfig, model: str) -> PretrainedConfig:
     """`hf_config` as a config with the RePo keys: this project's config as is (also its remote-code copy),
-    the reference's `olmo2` + `pe_config` translated (and checked against the weights in `model`), stock
-    Olmo2 as a `repo_olmo2` config whose layers are all RoPE. Raises ValueError naming the key vLLM cannot
-    run."""
-    if hf_config.model_type == RepoOlmo2Config.model_type:
-        return hf_config
-    config_dict: dict[str, Any] = hf_config.to_dict()
+    the reference's `olmo2` + `pe_config` translated, stock Olmo2 as a `repo_olmo2` config whose layers are
+    all RoPE; f_phi's weights in `model` checked against it. Raises ValueError naming the key or weight vLLM
+    cannot run."""
+    shapes = weight_shapes(model)
     if getattr(hf_config, "pe_config", None) is not None:
-        config_dict = from_reference(config_dict, weight_names(model), str(model))
-    else:
-        config_dict = {k: v for k, v in config_dict.items() if k != "architectures"}
-        config_dict["model_type"] = RepoOlmo2Config.model_type
-    return RepoOlmo2Config.from_dict(config_dict)
+        return reference_config(hf_config.to_dict(), shapes, str(model))
+    config = hf_config
+    if hf_config.model_type != RepoOlmo2Config.model_type:
+        config_dict: dict[str, Any] = {k: v for k, v in hf_config.to_dict().items() if k != "architectures"}
+        config = RepoOlmo2Config.from_dict({**config_dict, "model_type": RepoOlmo2Config.model_type})
+    check_f_phi(shapes, config, str(model))
+    return config
 
 
 class RepoConfigCheck(VerifyAndUpdateConfig):

@@ -46,6 +46,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "rope": dict(),
     # the reference's format: olmo2 + pe_config, RePo in layers 0 and 2
     "reference": dict(reference=REFERENCE_PE),
+    # grouped-query attention: 2 query heads per key/value head, one position per key/value head; YaRN x2
+    "gqa": dict(pe_mode="repo", pe_start_layer=1, num_key_value_heads=2, rope_parameters=YARN),
+    # multi-query (1 key/value head) in the reference's format
+    "mqa-reference": dict(reference=REFERENCE_PE, num_key_value_heads=1),
 }
 SWITCHES = {
     # chunked prefill with a 64-token budget: the longer prompts are prefilled in several chunks
@@ -77,7 +81,7 @@ def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, torch.nn.Module]]:
     for name, kwargs in MODELS.items():
         kwargs = dict(kwargs)
         if "reference" in kwargs:
-            out[name] = (root / name, tiny.save_reference(root / name, kwargs.pop("reference")))
+            out[name] = (root / name, tiny.save_reference(root / name, kwargs.pop("reference"), **kwargs))
         else:
             out[name] = (root / name, tiny.save(root / name, **kwargs))
     return out
@@ -178,18 +182,20 @@ def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):
     check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
 
 
-def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch):
-    """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads,
-    loads its rows of final_map and predicts its heads' positions; the q/k norms gather over both ranks."""
+@pytest.mark.parametrize("name", ["repo", "gqa"])
+def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
+    """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads
+    (gqa: one key/value head and its two query heads), loads its rows of final_map and predicts its key/value
+    heads' positions; the q/k norms gather over both ranks."""
     # vLLM binds each rank's threads to a NUMA node by default and refuses two ranks on one node: a core each.
     import os
 
     cpus = sorted(os.sched_getaffinity(0))
     assert len(cpus) >= 2, f"two CPU ranks need two cores; this process may use {cpus}"
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")
-    path, _ = checkpoints["repo"]
+    path, _ = checkpoints[name]
     llm = make_llm(path, tensor_parallel_size=2, **SWITCHES["cache+chunks"])
-    check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
+    check_against_hf(llm, name, checkpoints, hf_reference, prefix_caching=True)
 
 
 def test_upstream_sources_are_the_pinned_ones():
@@ -216,10 +222,18 @@ BAD_INPUTS = {
         dict(reference={"dynamic_pe_mode": "cope", "dynmaic_pe_start_layer": 0}),
         "pe_config.dynamic_pe_mode='cope' is not supported",
     ),
-    "gqa": (dict(pe_mode="repo", num_key_value_heads=2), "num_key_value_heads=2"),
-    "gqa-reference": (
-        dict(reference={"dynamic_pe_mode": "swigluex_multihead"}, num_key_value_heads=2),
-        "num_key_value_heads=2",
+    "heads that do not divide": (
+        dict(pe_mode="repo", num_key_value_heads=3),
+        "num_key_value_heads=3 does not divide num_attention_heads=4",
+    ),
+    "heads that do not divide, reference": (
+        dict(reference={"dynamic_pe_mode": "swigluex_multihead"}, num_key_value_heads=3),
+        "num_key_value_heads=3 does not divide num_attention_heads=4",
+    ),
+    # a multi-head checkpoint's f_phi (one position per query head) under a config that says grouped
+    "f_phi of another model": (
+        dict(pe_mode="repo", num_key_value_heads=2),
+        "final_map.weight predicts 4 positions per token, but this model has 2 key/value heads",
     ),
 }
 
@@ -240,8 +254,8 @@ def test_unrunnable_checkpoints_are_refused_at_load_with_one_line(tmp_path, case
         (path / "config.json").write_text(json.dumps(raw))
         tiny.tokenizer().save_pretrained(path)
     else:
-        tiny.save(path, **{**kwargs, "num_key_value_heads": 4})  # GQA cannot be built in HF either:
-        config = json.loads((path / "config.json").read_text())  # write it as a user's file would say it
+        tiny.save(path, **{**kwargs, "num_key_value_heads": 4})  # a multi-head model, whose config.json
+        config = json.loads((path / "config.json").read_text())  # then says what a user's file would say
         (path / "config.json").write_text(json.dumps({**config, **kwargs}))
     with pytest.raises(Exception) as info:
         LLM(str(path), dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN)
