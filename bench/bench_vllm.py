@@ -70,6 +70,12 @@ SIZES = {
                    vocab_size=8192, pe_start_layer=1),
         dtype="bfloat16", prompt=64, decode=32, batches=(1, 16), rounds=6, kv_gib=2,
     ),
+    # the same with grouped-query attention, 4 query heads per key/value head
+    "cpu-1b-width-gqa": dict(
+        model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=4, num_attention_heads=16,
+                   num_key_value_heads=4, vocab_size=8192, pe_start_layer=1),
+        dtype="bfloat16", prompt=64, decode=32, batches=(1, 16), rounds=6, kv_gib=2,
+    ),
     "gpu-1b": dict(
         model=dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
                    vocab_size=100352, pe_start_layer=5),
@@ -83,7 +89,7 @@ def write_models(root: Path, shape: dict, dtype: torch.dtype) -> tuple[Path, Pat
     (a plain `olmo2`); tokenizer-free: ids only. Weights: N(0, 1/fan_in), norms 1, embeddings N(0, 1), f_phi
     drawn so that positions spread over hundreds."""
     common = dict(
-        **{k: v for k, v in shape.items() if k != "pe_start_layer"},
+        **{k: v for k, v in shape.items() if k not in ("pe_start_layer", "num_key_value_heads")},
         num_key_value_heads=shape.get("num_key_value_heads", shape["num_attention_heads"]),
         max_position_embeddings=8192, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
@@ -155,8 +161,8 @@ def piece_times(
     weight = attention.qkv_proj.weight
     sync = torch.cuda.synchronize if weight.is_cuda else lambda: None
     for batch in batches:
-        x, q, k = (torch.randn(batch, model.config.hidden_size, dtype=weight.dtype, device=weight.device)
-                   for _ in range(3))  # fmt: skip
+        x, q, k = (torch.randn(batch, n, dtype=weight.dtype, device=weight.device)
+                   for n in (model.config.hidden_size, attention.q_size, attention.kv_size))  # fmt: skip
         out[f"decode_b{batch}"] = per_call(
             run, (x, q, k, torch.arange(batch, device=weight.device) + 100), reps, sync
         )

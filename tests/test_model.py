@@ -199,7 +199,8 @@ def test_positions_are_trained_end_to_end(monkeypatch):
 
 def _plain_rotation(monkeypatch) -> None:
     monkeypatch.setattr(
-        "olmo_repo.rope.rotate_qk", lambda q, k, z, f: (rotate_reference(q, z, f), rotate_reference(k, z, f))
+        "olmo_repo.rope.rotate_qk",
+        lambda q, k, z, f, **_: (rotate_reference(q, z, f), rotate_reference(k, z, f)),
     )
 
 
@@ -215,16 +216,16 @@ class _FlipGrad(torch.autograd.Function):
         return -grad
 
 
-_ROTATIONS = {  # what RepoLayer.apply_positions calls as rotate_qk(q, k, positions, inv_freq)
-    "eager": lambda compiled: lambda q, k, z, f: rotate_qk(q, k, z, f, compiled=compiled),
+_ROTATIONS = {  # what RepoLayer.apply_positions calls as rotate_qk(q, k, positions, inv_freq, compiled=None)
+    "eager": lambda compiled: lambda q, k, z, f, **_: rotate_qk(q, k, z, f, compiled=compiled),
     "off by one position": lambda compiled: (
-        lambda q, k, z, f: (
+        lambda q, k, z, f, **_: (
             rotate(q, z + 1, f, compiled=compiled),  # queries one position ahead of their keys
             rotate(k, z, f, compiled=compiled),
         )
     ),
     "sign flip in dL/dz": lambda compiled: (
-        lambda q, k, z, f: rotate_qk(q, k, _FlipGrad.apply(z), f, compiled=compiled)
+        lambda q, k, z, f, **_: rotate_qk(q, k, _FlipGrad.apply(z), f, compiled=compiled)
     ),
 }
 
