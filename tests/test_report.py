@@ -71,7 +71,7 @@ def test_report_end_to_end(models, tmp_path):
     assert repo_row and rope_row and int(repo_row[2].replace(",", "")) > 0
     n_repo, n_rope = (int(m[1].replace(",", "")) for m in (repo_row, rope_row))
     assert n_repo - n_rope == int(repo_row[2].replace(",", ""))
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".report.md.partial-*"))  # written whole (output.write_file)
 
 
 def test_models_of_different_lengths_are_refused(models, tmp_path, tokenizer_file):
