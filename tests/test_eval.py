@@ -371,21 +371,21 @@ def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
 )
 def test_eval_cli_bad_input(tmp_path, stock_olmo2, capsys, flags, message):
     out = tmp_path / "out"
-    assert main([str(stock_olmo2), "--out", str(out), *flags]) == 2
+    assert main([str(stock_olmo2), "--out", str(out), *flags]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not out.exists()
 
 
 def test_eval_cli_bad_model_or_out(tmp_path, stock_olmo2, capsys):
-    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.strip()
     assert "missing" in err and "not a model directory" in err and "\n" not in err
     assert not (tmp_path / "out").exists()
     out = tmp_path / "full"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    assert main([str(stock_olmo2), "--out", str(out)]) == 2
+    assert main([str(stock_olmo2), "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert "--overwrite" in err and "\n" not in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
