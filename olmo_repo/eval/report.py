@@ -33,7 +33,7 @@ from .analysis import NeedlePrompt, attention_section, positions_section
 from .loading import load_model, training_length, yarn_factor
 from .variants import RULER_SEED
 
-__all__ = ["niah_scores", "write_report"]
+__all__ = ["niah_scores", "niah_section", "write_report"]
 
 
 def niah_scores(
@@ -55,12 +55,14 @@ def niah_scores(
     return out
 
 
-def _niah_markdown(
+def niah_section(
     scores: Mapping[str, Mapping[str, Mapping[int, float]]],
     training: int,
     figures: Path,
     groups: Mapping[str, Sequence[str]],
 ) -> str:
+    """The NIAH section of `niah_scores`' {model: {variant: {length: score}}}: per group of variants the
+    average per model and length (percent) and its plot in `figures`, then each model's per-variant table."""
     lengths = sorted({n for by_variant in scores.values() for row in by_variant.values() for n in row})
     header = [
         "model",
@@ -149,7 +151,7 @@ def write_report(
         output.write_file(report, "\n".join(s.rstrip() + "\n" for s in sections if s))
 
     scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-    write(f"## Needle in a haystack\n\n{_niah_markdown(scores, length, figures, groups)}")
+    write(f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}")
 
     loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
     tokenizer = next(iter(loaded.values()))[1]
