@@ -1,4 +1,4 @@
-"""Reading a plot back from its PNG: the axes (their black frames), their tick marks, and where a colour is drawn.
+"""Reading a plot back from its PNG: the axes (their black frames), their ticks, and where a colour is drawn.
 
 The checks in the tests map data to pixels from what a reader of the picture sees: an axis with fixed limits
 maps linearly between the frame's edges; ticks set at data values mark those values' columns; an axis with

@@ -130,8 +130,9 @@ def _tokenizer(model: str, hf_dir: Path) -> Any:
 
 
 def plan_stages(request: EvalRequest) -> tuple[list[tuple[int, list[str]]], list[str]]:
-    """[(length, tasks)] and the suite's tasks refused without a network (each named once). NIAH: the variants
-    at every length; the suite: `suite.plan` less what cannot be downloaded (`suite.network` probes the Hub)."""
+    """[(length, tasks)] and the suite's tasks refused without a network (each named once). NIAH: the
+    variants at every length; the suite: `suite.plan` less what cannot be downloaded (`suite.network` probes
+    the Hub)."""
     if not request.suite:
         return [(length, list(request.variants)) for length in request.lengths], []
     from . import suite
@@ -143,7 +144,8 @@ def plan_stages(request: EvalRequest) -> tuple[list[tuple[int, list[str]]], list
 
 
 def check_prompts(request: EvalRequest, tokenizer: Any, stages: list[tuple[int, list[str]]]) -> None:
-    """Every task of every stage builds its prompts with `tokenizer`; ValueError naming the first that cannot."""
+    """Every task of every stage builds its prompts with `tokenizer`; ValueError naming the first that
+    cannot."""
     from . import niah, suite
 
     if request.suite:
@@ -246,8 +248,9 @@ def results_table(results: dict[str, Any]) -> str:
 def write_results(request: EvalRequest, evaluation: Evaluation) -> list[Path]:
     """Write the evaluation's files into `request.out` (see the module docstring); returns their paths.
 
-    `results.json`, the record that the run finished, is renamed into place last. A previous run's output this run does not write (`samples.jsonl` after a suite run) is removed only
-    after, and so are the temporary files a run killed while writing left."""
+    `results.json`, the record that the run finished, is renamed into place last. A previous run's output
+    that this run does not write (`samples.jsonl` after a suite run) is removed after it, and so are the
+    temporary files that a run killed while writing left."""
     out = request.out
     if not request.overwrite and out.is_dir() and (present := [n for n in OUTPUTS if (out / n).exists()]):
         raise RepoError(f"--out {out}: {', '.join(present)} appeared while this evaluation ran; not replaced")
