@@ -457,6 +457,18 @@ def test_eval_cli_bad_model_or_out(tmp_path, stock_olmo2, capsys):
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+def test_eval_cli_interrupted(tmp_path, stock_olmo2, capsys, monkeypatch):
+    """Ctrl-C during the evaluation: exit 130, one line, nothing written."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(niah, "evaluate", interrupted)
+    out = tmp_path / "out"
+    assert main([str(stock_olmo2), "--tasks", "niah_single_1", "--lengths", "768", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "eval.py: interrupted" and not out.exists()
+
+
 @pytest.mark.slow
 def test_evaluate_api_several_lengths(stock_olmo2):
     """`niah.evaluate` on a loaded model: {variant: {length: score}} over several lengths in one lm-eval run."""
