@@ -70,16 +70,17 @@ def near(img: np.ndarray, colour: str, row: float, col: float, radius: int = 3) 
     return bool(matches(img[r - radius : r + radius + 1, c - radius : c + radius + 1], colour).any())
 
 
-def rows_of(img: np.ndarray, box: Box, colour: str, col: float) -> list[int]:
-    """The rows inside the frame where `colour` is drawn in column `col` (and its two neighbours)."""
+def rows_of(img: np.ndarray, box: Box, colour: str, col: float, width: int = 2) -> list[int]:
+    """The rows inside the frame where `colour` fills columns `col - width` to `col + width`: a marker's rows
+    (a line crossing the column steeply is narrower), or a flat line's."""
     top, bottom, left, right = box
     c = round(col)
-    hits = matches(img[top + 3 : bottom - 2, c - 1 : c + 2], colour).any(-1)
+    hits = matches(img[top + 3 : bottom - 2, c - width : c + width + 1], colour).all(-1)
     return [top + 3 + int(i) for i in np.flatnonzero(hits)]
 
 
 def height_of(img: np.ndarray, box: Box, colour: str, col: float) -> float:
-    """The middle row of what `colour` draws in column `col` (a marker's centre, where a line meets it)."""
+    """The middle row of the `colour` marker in column `col`."""
     rows = rows_of(img, box, colour, col)
     assert rows, f"{colour} is not drawn in column {col}"
     return float(np.median(rows))
