@@ -8,10 +8,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo.eval.analysis import NeedlePrompt, attention_section, positions_section
 from olmo_repo.eval.attention import AttentionMass, attention_mass, attention_mass_table
+from olmo_repo.eval.positions import text_positions
 from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import make_checkpoint
-from .test_plots import PNG_MAGIC
+from .pictures import affine_residual, axes_boxes, height_of, rgb, runs, xticks, yticks
 
 
 def _prompt(key: str, value: str, filler: int) -> NeedlePrompt:
@@ -38,7 +39,13 @@ def test_attention_section(models, tmp_path):
     prompts = [_prompt("lucky-dove", "7043913", 2), _prompt("red-fox", "1234567", 4)]
     section = attention_section(models, prompts, tmp_path)
     assert [f.name for f in section.figures] == ["attention-mass.png"]
-    assert section.figures[0].read_bytes()[:8] == PNG_MAGIC
+    img = rgb(section.figures[0])
+    boxes = axes_boxes(img)  # needle, query, other; a point per layer, the RePo layers (1..3) shaded
+    assert len(boxes) == 3 and all(len(xticks(img, box)) == 4 for box in boxes)
+    top, bottom, _, _ = boxes[0]
+    columns = xticks(img, boxes[0])
+    bands = [img[top + 3 : bottom - 2, round(c + (columns[1] - columns[0]) / 4)].mean() for c in columns]
+    assert bands[0] > 0.97 and all(band < 0.95 for band in bands[1:]), bands
     assert "![attention mass](attention-mass.png)" in section.markdown and "2 prompts" in section.markdown
     # The table is the average of the per-prompt measurements.
     by_hand = {}
@@ -58,8 +65,23 @@ def test_positions_section(models, tmp_path):
     names = [f.name for f in section.figures]
     assert names == ["patterns-RePo.png", "spans-RePo.png", "spans-by-length-RePo.png", "positions-RePo.png"]
     for figure in section.figures:
-        assert figure.parent == tmp_path / "report" and figure.read_bytes()[:8] == PNG_MAGIC
-        assert f"({figure.name})" in section.markdown
+        assert figure.parent == tmp_path / "report" and f"({figure.name})" in section.markdown
+    patterns, spans, by_length, positions = (rgb(f) for f in section.figures)
+    (box,) = axes_boxes(patterns)
+    top, bottom, left, right = box
+    assert len(runs(patterns[bottom - 3, left + 3 : right - 2].max(-1) < 0.9)) == 4  # bars: layers 1..3, all
+    (box,) = axes_boxes(spans, min_len=200)  # (not the colour bar)
+    assert (len(xticks(spans, box)), len(yticks(spans, box))) == (4, 3)  # heads x RePo layers
+    (box,) = axes_boxes(by_length)
+    assert len(xticks(by_length, box)) == 3  # the lengths 16, 32, 64
+    # The last RePo layer's head 0 on the first text, one point per token.
+    expected, _ = text_positions(model, tokenizer, texts[0], max_tokens=64)
+    (box,) = axes_boxes(positions)
+    columns = xticks(positions, box)
+    assert len(columns) == 64
+    heights = [height_of(positions, box, "C0", c) for c in columns]
+    slope, residual = affine_residual(expected[3][0].tolist(), heights)
+    assert slope < 0 and residual <= 2
     assert "| layer | constant | monotonic | hybrid |" in section.markdown
     assert "| 64 | 63 |" in section.markdown
     with pytest.raises(ValueError, match="no RePo layer"):

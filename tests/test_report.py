@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from olmo_repo.eval.report import write_report
+from olmo_repo.eval.report import niah_section, write_report
 from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import make_checkpoint
-from .test_plots import PNG_MAGIC
+from .pictures import axes_boxes, near, rgb, row_of, xticks
 
 LENGTH = 768  # the byte tokenizer needs ~500 tokens for the smallest NIAH prompt, plus 128 to generate
 
@@ -45,11 +45,14 @@ def test_report_end_to_end(models, tmp_path):
     for heading in ["Needle in a haystack", "Attention mass", "Learned positions: RePo", "Training cost"]:
         assert f"\n## {heading}\n" in text
     assert "Learned positions: RoPE" not in text  # a model without RePo layers has no positions to analyse
-    # NIAH at the training length and at 2x and 4x with YaRN, one row per model, scores in percent.
+    # NIAH at the training length and at 2x and 4x with YaRN, one row per model, scores in percent; the
+    # figure draws the table's numbers.
     assert "| model | 768 | 1536 (YaRN x2) | 3072 (YaRN x4) |" in text
+    table = {}
     for name in models:
         row = re.search(rf"^\| {name} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", text, re.M)
-        assert row and all(0 <= float(v) <= 100 for v in row.groups())
+        table[name] = [float(v) for v in row.groups()]
+    _check_niah_figure(tmp_path / "figures/niah.png", table)
     # Every linked figure exists, is a PNG, and is linked relative to the report.
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert sorted(links) == sorted(
@@ -64,14 +67,14 @@ def test_report_end_to_end(models, tmp_path):
         ]
     )
     for link in links:
-        assert (tmp_path / link).read_bytes()[:8] == PNG_MAGIC
+        assert axes_boxes(rgb(tmp_path / link)), link  # a plot: at least one frame of axes
     # The FLOPs table: 6 N D with the f_phi weights only in the RePo model.
     repo_row = re.search(r"^\| RePo \| [\d,]+ \| ([\d,]+) \| ([\d,]+) \(", text, re.M)
     rope_row = re.search(r"^\| RoPE \| [\d,]+ \| ([\d,]+) \| 0 \(0\.00%\)", text, re.M)
     assert repo_row and rope_row and int(repo_row[2].replace(",", "")) > 0
     n_repo, n_rope = (int(m[1].replace(",", "")) for m in (repo_row, rope_row))
     assert n_repo - n_rope == int(repo_row[2].replace(",", ""))
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".report.md.partial-*"))  # written whole (output.write_file)
 
 
 def test_models_of_different_lengths_are_refused(models, tmp_path, tokenizer_file):
@@ -80,3 +83,38 @@ def test_models_of_different_lengths_are_refused(models, tmp_path, tokenizer_fil
     with pytest.raises(ValueError, match=r"different lengths \[512, 768\]"):
         write_report(tmp_path / "out/report.md", {"a": models["RoPE"], "b": short}, samples=1)
     assert not (tmp_path / "out").exists()
+
+
+def _check_niah_figure(path, table: dict[str, list[float]]) -> None:
+    """The NIAH figure draws each model's percentages (table: {model: [score per length]}) as fractions, one
+    line per model in the order of the table (colours C0, C1, ...). Where two models share a point, the one
+    drawn last shows."""
+    img = rgb(path)
+    (box,) = axes_boxes(img)
+    columns = xticks(img, box)
+    rows = list(table.values())
+    assert len(columns) == len(rows[0])
+    for i, scores in enumerate(rows):
+        for j, (col, score) in enumerate(zip(columns, scores)):
+            if all(later[j] != score for later in rows[i + 1 :]):
+                assert near(img, f"C{i}", row_of(box, score / 100, 0, 1.05), col), (i, j)
+
+
+def test_niah_section_averages_each_group_in_percent(tmp_path):
+    scores = {
+        "RePo": {"a": {512: 1.0, 1024: 0.5}, "b": {512: 0.5, 1024: 0.0}, "c": {512: 0.25, 1024: 0.25}},
+        "RoPE": {"a": {512: 0.0, 1024: 0.0}, "b": {512: 1.0, 1024: 1.0}, "c": {512: 0.75, 1024: 0.5}},
+    }
+    text = niah_section(scores, 512, tmp_path / "figures", {"seen": ["a", "b"], "held out": ["c"]})
+    assert (
+        "Average over the seen variants a, b:\n\n"
+        "| model | 512 | 1024 (YaRN x2) |\n| --- | ---: | ---: |\n| RePo | 75.0 | 25.0 |\n| RoPE | 50.0 | 50.0 |\n"
+    ) in text
+    assert (
+        "Average over the held out variants c:\n\n"
+        "| model | 512 | 1024 (YaRN x2) |\n| --- | ---: | ---: |\n| RePo | 25.0 | 25.0 |\n| RoPE | 75.0 | 50.0 |\n"
+    ) in text
+    assert "| **average** | 58.3 | 25.0 |" in text and "| **average** | 58.3 | 50.0 |" in text  # per variant
+    assert "![NIAH (seen)](figures/niah-seen.png) ![NIAH (held out)](figures/niah-held-out.png)" in text
+    _check_niah_figure(tmp_path / "figures/niah-seen.png", {"RePo": [75.0, 25.0], "RoPE": [50.0, 50.0]})
+    _check_niah_figure(tmp_path / "figures/niah-held-out.png", {"RePo": [25.0, 25.0], "RoPE": [75.0, 50.0]})

@@ -38,7 +38,7 @@ BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequenc
 # The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo.base`), not the demo's.
 SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 200 * BATCH, "val": 4 * BATCH}
 NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
-TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (seed 42) never uses
+TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (RULER_SEED) never uses
 
 _NAMES = (
     "Ada Bela Cyrus Dana Emil Fara Gus Hana Ivo Juno Kai Lena Milo Nora Otto Pia Quinn Rosa Sami Tova".split()

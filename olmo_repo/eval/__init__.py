@@ -1,7 +1,9 @@
 """Measuring what RePo learned and what it is for (the commands are `olmo_repo.cli.eval` and
 `olmo_repo.cli.plot_positions`).
 
-- `variants`: the NIAH variants and constants, light enough for the commands' argument parsing.
+- `variants`: the NIAH variants and constants (RULER's seed and sample count), and the parsing of the
+  evaluation's flags, light enough for the commands' argument parsing.
+- `run`: `scripts/eval.py`'s work: check a request, evaluate it length by length, write its results.
 - `niah`: RULER needle-in-a-haystack, offline (`essays`: the offline haystack).
 - `ruler`: RULER's synthetic tasks, bounded by the sample count and checked against their shortest length.
 - `suite`: the paper's evaluation suite as lm-eval task groups (`lm_eval_tasks/`).

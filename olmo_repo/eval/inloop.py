@@ -11,7 +11,7 @@ A config names it like any other in-loop evaluator, one entry per variant (`olmo
 
 The prompts are `niah.niah_samples(tokenizer, variant, length, prompts, seed)` with the run's tokenizer; the
 entry's `prompts` key (`olmo_repo.config.RepoEvaluatorConfig`) sets their number (default `PROMPTS`), its
-`data.seed` overrides RULER's seed 42: the same prompts as `scripts/eval.py`, built once at
+`data.seed` overrides RULER's seed (`RULER_SEED`): the same prompts as `scripts/eval.py`, built once at
 start, with no draw from any global RNG. No generation: each prompt is read once with its gold answer
 appended (teacher forcing), padded on the right to `length` tokens (static shapes; causal attention makes the
 padding invisible to the tokens before it). The answer is RULER's gold values, " v1, v2, ..." in RULER's
@@ -56,6 +56,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchmetrics import Metric
 
 from ..upstream.olmo import STOCK_EVALUATOR_BUILD, route_evaluator_build
+from .variants import RULER_SEED
 
 __all__ = [
     "PREFIX",
@@ -65,16 +66,22 @@ __all__ = [
     "NiahMetric",
     "build_evaluator",
     "install",
+    "metric_name",
     "niah_rows",
 ]
 
 PREFIX = "niah_"
 PROMPTS = 100
-"""Prompts per variant. All eight variants at 4096 tokens: 1,700 rows of 4,096 tokens per call, 0.11% of the
-FLOPs of the 1,000 steps of the official 1B config between two calls (README, "In-loop NIAH")."""
+"""Prompts per variant. All eight variants at the training length then cost a small share of the training
+FLOPs between two calls of the official 1B config (README, "In-loop NIAH", counts it)."""
 RANK_CANDIDATES = 4  # gold + 3 distractors: all of niah_multikey_1's, a seeded draw of the needle haystacks'
-SEED = 42  # RULER's, as `niah_samples` and `scripts/eval.py`
 _GOLD, _TOKENS, _EXACT = 0, 1, 2  # columns of a row's stats: sum of log-probs, scored tokens, all argmax
+
+
+def metric_name(label: str, metric: str) -> str:
+    """The name an entry's metric is logged under (OLMo's `eval/{label}/{metric}`), e.g.
+    `metric_name("niah_single_1", "exact_match")`: a reader of the logs looks its entries up by label."""
+    return f"eval/{label}/{metric}"
 
 
 @dataclass(frozen=True)
@@ -224,7 +231,7 @@ class NiahEvaluator(Evaluator):
 
     def compute_metrics(self) -> dict[str, float]:
         assert isinstance(self.eval_metric, NiahMetric)
-        return {f"eval/{self.label}/{k}": v.item() for k, v in self.eval_metric.compute().items()}
+        return {metric_name(self.label, k): v.item() for k, v in self.eval_metric.compute().items()}
 
 
 def _key(train_config: TrainConfig, eval_config: EvaluatorConfig) -> str:
@@ -272,7 +279,7 @@ def build_niah_evaluator(
             f"{key}.subset_num_batches: NIAH evaluator {label!r} reads all its {prompts} prompts; set "
             f"{key}.prompts instead"
         )
-    seed = eval_config.data.seed if eval_config.data.seed is not None else SEED
+    seed = eval_config.data.seed if eval_config.data.seed is not None else RULER_SEED
     hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer.base_tokenizer)
     try:
         rows = niah_rows(hf, variant, length, prompts, seed)

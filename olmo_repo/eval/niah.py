@@ -16,12 +16,12 @@ case-insensitive). Deltas from lm-eval's `niah_*` tasks:
 - Seeds: sample i of (variant, length) draws from its own generator, seeded from (seed, variant, length, i):
   the same seed gives the same prompts on every run, whatever the sample count. The caller's `random` state
   is left as it was.
-- Any sample count (lm-eval: 500).
+- Any sample count (lm-eval: always RULER's `RULER_SAMPLES`).
 
 API (the analysis code builds on it):
 
     from olmo_repo.eval import niah
-    samples = niah.niah_samples(tokenizer, "niah_multikey_1", 4096, n=20, seed=42)   # list[NiahSample]
+    samples = niah.niah_samples(tokenizer, "niah_multikey_1", 4096, n=20)   # list[NiahSample], RULER_SEED
     s = samples[0]
     s.prompt                       # exactly what the model reads
     s.answers                      # gold values
@@ -39,7 +39,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import datasets
 import nltk
@@ -55,11 +55,13 @@ from ..upstream.lm_eval import (
     seeded_random,
 )
 from .essays import essay_words
-from .variants import ESSAYS, MAX_NEW_TOKENS, VARIANTS, Variant
+from .variants import ESSAYS, MAX_NEW_TOKENS, RULER_SAMPLES, RULER_SEED, VARIANTS, Variant
 
 __all__ = [
     "ESSAYS",
     "MAX_NEW_TOKENS",
+    "RULER_SAMPLES",
+    "RULER_SEED",
     "TASKS_DIR",
     "VARIANTS",
     "NiahSample",
@@ -170,12 +172,22 @@ def _largest(fits: Callable[[int], bool], lo: int, hi: int, start: int) -> int:
     return good
 
 
+class _Draft(NamedTuple):
+    """lm-eval's sample for one haystack size, with the prompt as the model reads it."""
+
+    text: str  # RULER's input
+    answers: list[str]
+    query: str
+    prompt: str
+    tokens: int  # of `prompt`, without special tokens
+
+
 def niah_samples(
     tokenizer: PreTrainedTokenizerBase,
     variant: str,
     length: int,
     n: int,
-    seed: int = 42,
+    seed: int = RULER_SEED,
     essays: str = "offline",
 ) -> list[NiahSample]:
     """`n` prompts of `variant` for a `length`-token context with `tokenizer` (see the module docstring).
@@ -192,9 +204,9 @@ def niah_samples(
     samples, units = [], spec.needles
     for index in range(n):
         state = random.Random(f"niah/{seed}/{variant}/{length}/{index}").getstate()
-        drafts: dict[int, tuple] = {}
+        drafts: dict[int, _Draft] = {}
 
-        def draft(units: int, state=state, drafts=drafts) -> tuple:
+        def draft(units: int, state=state, drafts=drafts) -> _Draft:
             if units not in drafts:
                 with seeded_random(state):  # lm-eval draws keys, values and depths from `random`
                     text, answers, query = prepare_niah.generate_input_output(
@@ -211,34 +223,34 @@ def niah_samples(
                     )
                 prompt = maybe_delimit(text, _gen_prefix(spec, query))
                 tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
-                drafts[units] = (text, answers, query, prompt, tokens)
+                drafts[units] = _Draft(text, list(answers), query, prompt, tokens)
             return drafts[units]
 
-        if draft(spec.needles)[4] > budget:
+        if (smallest := draft(spec.needles).tokens) > budget:
             raise ValueError(
                 f"{variant}: length {length} is too short; the shortest it can build is about "
-                f"{draft(spec.needles)[4] + MAX_NEW_TOKENS} tokens (the prompt with the smallest haystack takes "
-                f"{draft(spec.needles)[4]}, plus {MAX_NEW_TOKENS} to generate)"
+                f"{smallest + MAX_NEW_TOKENS} tokens (the prompt with the smallest haystack takes {smallest}, "
+                f"plus {MAX_NEW_TOKENS} to generate)"
             )
-        units = _largest(lambda u, draft=draft: draft(u)[4] <= budget, spec.needles, hi, units)
+        units = _largest(lambda u, draft=draft: draft(u).tokens <= budget, spec.needles, hi, units)
+        chosen = draft(units)
         if spec.haystack == "essay" and units == hi:
             raise ValueError(
                 f"{variant}: length {length} is beyond the essay haystack ({hi} words fill "
-                f"{draft(units)[4]} of {budget} prompt tokens)"
+                f"{chosen.tokens} of {budget} prompt tokens)"
             )
-        text, answers, query, prompt, tokens = draft(units)
         samples.append(
             NiahSample(
                 variant=variant,
                 length=length,
                 index=index,
-                input=text,
-                gen_prefix=_gen_prefix(spec, query),
-                prompt=prompt,
-                prompt_tokens=tokens,
-                answers=list(answers),
-                query=query,
-                **_spans(spec, text, prompt, answers, query),
+                input=chosen.text,
+                gen_prefix=_gen_prefix(spec, chosen.query),
+                prompt=chosen.prompt,
+                prompt_tokens=chosen.tokens,
+                answers=chosen.answers,
+                query=chosen.query,
+                **_spans(spec, chosen.text, chosen.prompt, chosen.answers, chosen.query),
             )
         )
     return samples
@@ -255,7 +267,7 @@ def score(prediction: str, answers: Sequence[str]) -> float:
 def lm_eval_dataset(variant: str, **metadata: Any) -> datasets.DatasetDict:
     """lm-eval `custom_dataset` of the `repo_niah_*` tasks: RULER documents for every length in
     `max_seq_lengths`, from the metadata lm-eval passes (`tokenizer` or `pretrained`: a tokenizer name or
-    directory; `num_samples` (default 500, RULER's), `seed` (42), `essays` ("offline"))."""
+    directory; `num_samples` (default `RULER_SAMPLES`), `seed` (`RULER_SEED`), `essays` ("offline"))."""
     tokenizer = metadata_tokenizer(metadata)
     docs = [
         sample.doc()
@@ -264,8 +276,8 @@ def lm_eval_dataset(variant: str, **metadata: Any) -> datasets.DatasetDict:
             tokenizer,
             variant,
             int(length),
-            int(metadata.get("num_samples", 500)),
-            int(metadata.get("seed", 42)),
+            int(metadata.get("num_samples", RULER_SAMPLES)),
+            int(metadata.get("seed", RULER_SEED)),
             metadata.get("essays", "offline"),
         )
     ]
@@ -278,8 +290,8 @@ def evaluate(
     lengths: int | Sequence[int],
     *,
     variants: Iterable[str] = tuple(VARIANTS),
-    samples: int = 500,
-    seed: int = 42,
+    samples: int = RULER_SAMPLES,
+    seed: int = RULER_SEED,
     batch_size: int = 8,
     essays: str = "offline",
 ) -> tuple[dict[str, dict[int, float]], list[dict[str, Any]]]:

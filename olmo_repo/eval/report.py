@@ -12,7 +12,7 @@
 - training cost: parameters and 6 N D FLOPs of the models' configs for a token count (`olmo_repo.flops`)
 
 Sections the caller measured itself (e.g. a training table) go in first through `preamble`. The report is
-rewritten (through `report.md.tmp`, renamed) as each section is ready: an interrupted evaluation leaves the
+rewritten whole (`olmo_repo.output.write_file`) as each section is ready: an interrupted evaluation leaves the
 sections before it, never a half-written file.
 """
 
@@ -24,15 +24,16 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from .. import flops
+from .. import flops, output
 from ..hf import read_hf_config, repo_layer_ids
 from ..hf.mapping import olmo_config_from_hf
 from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section
 from .loading import load_model, training_length, yarn_factor
+from .variants import RULER_SEED
 
-__all__ = ["niah_scores", "write_report"]
+__all__ = ["niah_scores", "niah_section", "write_report"]
 
 
 def niah_scores(
@@ -40,7 +41,7 @@ def niah_scores(
     lengths: Sequence[int],
     variants: Sequence[str],
     samples: int,
-    seed: int = 42,
+    seed: int = RULER_SEED,
 ) -> dict[str, dict[str, dict[int, float]]]:
     """{model: {variant: {length: score}}}: each model loaded for each length (YaRN past its training length)."""
     runs = [(name, length) for name in models for length in lengths]
@@ -54,12 +55,14 @@ def niah_scores(
     return out
 
 
-def _niah_markdown(
+def niah_section(
     scores: Mapping[str, Mapping[str, Mapping[int, float]]],
     training: int,
     figures: Path,
     groups: Mapping[str, Sequence[str]],
 ) -> str:
+    """The NIAH section of `niah_scores`' {model: {variant: {length: score}}}: per group of variants the
+    average per model and length (percent) and its plot in `figures`, then each model's per-variant table."""
     lengths = sorted({n for by_variant in scores.values() for row in by_variant.values() for n in row})
     header = [
         "model",
@@ -125,7 +128,7 @@ def write_report(
     groups: Mapping[str, Sequence[str]] | None = None,
     samples: int = 20,
     tokens: int | None = None,
-    seed: int = 42,
+    seed: int = RULER_SEED,
 ) -> Path:
     """Evaluate `models` ({name: HF directory}, the same training length) and write the Markdown file `report`,
     its PNG figures in `figures/` beside it; returns `report`. `groups` ({name: variants}) averages NIAH per
@@ -145,12 +148,10 @@ def write_report(
 
     def write(section: str) -> None:
         sections.append(section)
-        staged = report.with_name(report.name + ".tmp")
-        staged.write_text("\n".join(s.rstrip() + "\n" for s in sections if s))
-        staged.replace(report)
+        output.write_file(report, "\n".join(s.rstrip() + "\n" for s in sections if s))
 
     scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-    write(f"## Needle in a haystack\n\n{_niah_markdown(scores, length, figures, groups)}")
+    write(f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}")
 
     loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
     tokenizer = next(iter(loaded.values()))[1]

@@ -3,8 +3,8 @@ and the two QA tasks (SQuAD, HotpotQA: downloaded). Writing a sample is lm-eval'
 (`lm_eval.tasks.ruler.*_utils`, through `olmo_repo.upstream.lm_eval`); the tasks `repo_ruler_*` differ from
 lm-eval's `ruler_*` in what the suite needs:
 
-- Bounded: `num_samples` samples per length (the suite's `--samples`; default RULER's 500). lm-eval's tasks
-  always build 500, whatever `limit` says.
+- Bounded: `num_samples` samples per length (the suite's `--samples`; default `RULER_SAMPLES`). lm-eval's
+  tasks always build `RULER_SAMPLES`, whatever `limit` says.
 - Checked: `check_length(task, tokenizer, length)` refuses, in one line naming the task and the shortest
   length it can build, a length below `min_length(...)`. Below it lm-eval's vt and cwe searches shrink
   their haystack to nothing and then retry forever (vt printing "reduces chain length for not enough
@@ -30,6 +30,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from ..upstream.lm_eval import metadata_tokenizer, ruler_module, ruler_score, ruler_score_part, seeded_random
+from .variants import RULER_SAMPLES, RULER_SEED
 
 __all__ = ["TASKS", "check_length", "dataset", "min_length", "process_results"]
 
@@ -84,7 +85,7 @@ def _tokens(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
 
 
 def _vt_icl_example(tokenizer: PreTrainedTokenizerBase, seed: int) -> dict | None:
-    """lm-eval's in-context example of vt (sized to 500 tokens), or None if even its smallest does not fit
+    """lm-eval's in-context example of vt (sized to `_VT_ICL_LENGTH` tokens), or None if even its smallest does not fit
     (lm-eval's search would then loop forever)."""
     vt = ruler_module("vt")
     with _seeded(seed, "vt-icl"):
@@ -94,7 +95,9 @@ def _vt_icl_example(tokenizer: PreTrainedTokenizerBase, seed: int) -> dict | Non
         return vt.sys_vartrack_w_noise_random(tokenizer, 1, _VT_ICL_LENGTH, incremental=_VT_ICL_NOISES)[0]
 
 
-def min_length(task: str, tokenizer: PreTrainedTokenizerBase, length: int = 0, seed: int = 42) -> int | None:
+def min_length(
+    task: str, tokenizer: PreTrainedTokenizerBase, length: int = 0, seed: int = RULER_SEED
+) -> int | None:
     """The shortest length at which `task` builds its samples with `tokenizer` (None: at none). `length`
     picks cwe's variant (its prompts change at 4096)."""
     spec = TASKS[task]
@@ -120,7 +123,7 @@ def min_length(task: str, tokenizer: PreTrainedTokenizerBase, length: int = 0, s
     return int(_MARGIN * (smallest + spec.tokens_to_generate)) + 1
 
 
-def check_length(task: str, tokenizer: PreTrainedTokenizerBase, length: int, seed: int = 42) -> None:
+def check_length(task: str, tokenizer: PreTrainedTokenizerBase, length: int, seed: int = RULER_SEED) -> None:
     """ValueError in one line naming `task` and the shortest length it can build, if `length` is shorter."""
     shortest = min_length(task, tokenizer, length, seed)
     if shortest is None:
@@ -153,10 +156,11 @@ def _samples(task: str, tokenizer: PreTrainedTokenizerBase, length: int, n: int,
 
 
 def dataset(task: str, **metadata: Any) -> datasets.DatasetDict:
-    """lm-eval `custom_dataset` of the `repo_ruler_*` tasks: `num_samples` (default 500, RULER's) documents per
-    length in `max_seq_lengths`, from the metadata lm-eval passes (`tokenizer` or `pretrained`, `seed`)."""
+    """lm-eval `custom_dataset` of the `repo_ruler_*` tasks: `num_samples` (default `RULER_SAMPLES`) documents
+    per length in `max_seq_lengths`, from the metadata lm-eval passes (`tokenizer` or `pretrained`, `seed`)."""
     tokenizer = metadata_tokenizer(metadata)
-    seed, n = int(metadata.get("seed", 42)), int(metadata.get("num_samples", 500))
+    seed = int(metadata.get("seed", RULER_SEED))
+    n = int(metadata.get("num_samples", RULER_SAMPLES))
     docs = [
         doc
         for length in metadata.get("max_seq_lengths", [4096])

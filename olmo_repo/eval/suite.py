@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..upstream.lm_eval import load_yaml
 from . import ruler
 from .niah import ESSAYS, TASKS_DIR, VARIANTS, niah_samples
+from .variants import RULER_SEED
 
 __all__ = [
     "DOWNLOADS",
@@ -99,7 +100,7 @@ def plan(lengths: list[int]) -> list[tuple[int, list[str]]]:
 def check_lengths(
     tokenizer: PreTrainedTokenizerBase,
     stages: list[tuple[int, list[str]]],
-    seed: int = 42,
+    seed: int = RULER_SEED,
     essays: str = ESSAYS[0],
 ) -> None:
     """Before anything runs: every task of every stage can build its prompts at its length with `tokenizer`.
@@ -169,14 +170,14 @@ def run_stage(
     tasks: list[str],
     *,
     samples: int | None = None,
-    seed: int = 42,
+    seed: int = RULER_SEED,
     batch_size: int = 8,
     essays: str = "offline",
 ) -> dict[str, dict[str, Any]]:
     """Run `tasks` at `length` on a loaded model with lm-eval's HF backend (`max_length=length`).
 
     RULER tasks size their prompts to `length` with the model's tokenizer; `samples` is the NIAH sample count
-    (default RULER's 500) and lm-eval's `limit` for the other tasks. Returns lm-eval's per-task results.
+    (default `RULER_SAMPLES`) and lm-eval's `limit` for the other tasks. Returns lm-eval's per-task results.
     """
     from lm_eval import simple_evaluate
     from lm_eval.api.model import LM

@@ -6,11 +6,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DTYPE_NAMES", "ESSAYS", "MAX_NEW_TOKENS", "VARIANTS", "Variant", "parse_yarn"]
+__all__ = [
+    "ESSAYS",
+    "MAX_NEW_TOKENS",
+    "NIAH_LENGTHS",
+    "RULER_SAMPLES",
+    "RULER_SEED",
+    "SUITE_LENGTHS",
+    "VARIANTS",
+    "Variant",
+    "parse_lengths",
+    "parse_tasks",
+    "parse_yarn",
+]
 
 MAX_NEW_TOKENS = 128  # RULER's tokens_to_generate: part of the target length
+RULER_SEED = 42  # RULER's seed: the default of every prompt this package builds (NIAH, RULER, in-loop NIAH)
+RULER_SAMPLES = 500  # RULER's samples per task and length: the default sample count
 ESSAYS = ("offline", "paul_graham")
-DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the keys of olmo_repo.hf.DTYPES, without importing torch
+NIAH_LENGTHS = (4096,)  # `scripts/eval.py --tasks`' default: the paper's training length
+SUITE_LENGTHS = (4096, 8192, 16384)  # `--suite`'s: the training length, then 2x and 4x with YaRN, the paper's
 
 
 @dataclass(frozen=True)
@@ -52,3 +67,30 @@ def parse_yarn(value: str) -> str | float:
     if not factor > 1.0:
         raise ValueError(f"--yarn={value!r}: allowed auto, off or a factor > 1 (e.g. 2)")
     return factor
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Comma-separated context lengths (the `--lengths` flag), each past the `MAX_NEW_TOKENS` generated;
+    raises ValueError naming the flag."""
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--lengths={text!r}: expected comma-separated integers such as 4096,8192") from None
+    if not lengths or min(lengths) <= MAX_NEW_TOKENS:
+        raise ValueError(
+            f"--lengths={text!r}: every length must exceed the {MAX_NEW_TOKENS} generated tokens"
+        )
+    return lengths
+
+
+def parse_tasks(text: str) -> list[str]:
+    """`niah` (every variant) or comma-separated variants (the `--tasks` flag); raises ValueError naming it."""
+    if text == "niah":
+        return list(VARIANTS)
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if not variants or unknown:
+        raise ValueError(
+            f"--tasks={text!r}: unknown task(s) {', '.join(unknown)}; allowed: niah or any of {', '.join(VARIANTS)}"
+        )
+    return variants

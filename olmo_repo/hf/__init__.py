@@ -16,6 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Olmo2Config
 from transformers.models.olmo2.modeling_olmo2 import Olmo2ForCausalLM, Olmo2Model
 
+from ..dtypes import DTYPE_NAMES
 from ..modes import layer_modes, repo_layer_ids
 from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
@@ -50,7 +51,7 @@ for _auto, _stock, _repo in (
         Olmo2Config, olmo2_or_reference(_stock, _repo, _reference_config, _weight_shapes), exist_ok=True
     )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 """The dtypes a converted model can be written and loaded in, by name."""
 
 

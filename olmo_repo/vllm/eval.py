@@ -29,8 +29,8 @@ def load_vllm(
     """lm-eval's vLLM model for `hf_dir` at a `length`-token context (YaRN per `yarn_factor`). Its `config`
     attribute is the HF config as vLLM runs it (with the YaRN override).
 
-    `enforce_eager` (default: on CPU only): no torch.compile. On CPU compiling costs ~25 s per engine (one per
-    length) and its fused kernels round differently from HF's, which flips near-ties of greedy decoding on
+    `enforce_eager` (default: on CPU only): no torch.compile. On CPU compiling slows every engine's start (one
+    per length) and its fused kernels round differently from HF's, which flips near-ties of greedy decoding on
     small models; eager outputs equal `--backend hf`'s (tests/vllm). GPUs compile, as vLLM does by default.
     """
     import torch
