@@ -1,5 +1,6 @@
 """Writing outputs so that a failure leaves nothing behind and an overwrite loses nothing of the user's.
 
+- `write_file`: write a file whole or not at all (a temporary file beside it, renamed into place).
 - `staged_dir`: write a folder whole or not at all.
 - `check_replaceable` / `check_replaceable_file`: what `--force` (or `--overwrite`) may replace. A folder is
   this project's output when every entry in it has a name this project writes (`OUTPUT_NAMES`: an HF
@@ -11,6 +12,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fnmatch
 import os
 import shutil
@@ -29,6 +32,7 @@ __all__ = [
     "check_replaceable_file",
     "foreign_entries",
     "staged_dir",
+    "write_file",
 ]
 
 # Every name this project writes into an output folder (fnmatch patterns, top level only).
@@ -112,12 +116,43 @@ def check_replaceable_file(output: str | PathLike, force: bool, signature: bytes
         )
 
 
+def write_file(path: str | PathLike, data: bytes | str) -> Path:
+    """Write `data` (text as UTF-8) to `path` whole or not at all; returns `path`.
+
+    The bytes go to a temporary file beside `path` (`.NAME.partial-XXXX`), flushed to disk, which then replaces
+    `path` in one rename: a kill, a full disk or a crash leaves the earlier file (or none), never a part. The
+    file keeps the permissions of the one it replaces; a new one gets the user's umask. Concurrent writers
+    each have their own temporary file; the last rename wins.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.partial-", dir=path.parent)
+    staged = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()  # mkstemp makes the file 0600, whatever the umask
+        staged.chmod(mode)
+        staged.replace(path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return path
+
+
 @contextmanager
 def staged_dir(output: str | PathLike, force: bool) -> Iterator[Path]:
     """Yield a temporary directory beside `output`; on success it replaces `output`, on failure it is removed.
 
     An existing `output` is replaced only with `force` and only if it holds nothing but this project's
-    outputs (`check_replaceable`).
+    outputs (`check_replaceable`). The replacement is one atomic exchange where the file system offers it
+    (Linux `renameat2`), so that a kill at any moment leaves either the old folder or the new one under the
+    name `output`.
     """
     output = Path(output)
     check_replaceable(output, force)
@@ -130,20 +165,42 @@ def staged_dir(output: str | PathLike, force: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if output.exists():
+    if not output.exists():
+        staging.rename(output)
+    elif _exchange(staging, output):
+        shutil.rmtree(staging)  # the old output, now under the staging name
+    else:
         old = output.with_name(f".{output.name}.old-{os.getpid()}")
         output.rename(old)
         staging.rename(output)
         shutil.rmtree(old)
-    else:
-        staging.rename(output)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names `a` and `b` in one step (`renameat2(RENAME_EXCHANGE)`); False where the C library or the
+    file system cannot (the caller then renames twice)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:  # not glibc >= 2.28 (macOS, musl)
+        return False
+    at_fdcwd, rename_exchange = -100, 2  # <fcntl.h>, <linux/fs.h>
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # a file system without exchange
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def _apply_umask(root: Path) -> None:
     """Give the output the permissions of anything else the user creates: mkdtemp makes the folder 0700, and
     transformers writes safetensors through a private temporary file (0600), whatever the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = _umask()
     for path in [root, *root.rglob("*")]:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
