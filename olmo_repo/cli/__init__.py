@@ -1,16 +1,27 @@
 """The commands, one module per script in `scripts/`: each has `main(argv: list[str] | None = None) -> int`.
 
 A command parses its arguments before any heavy import (so `--help` and argument errors answer at once),
-then calls the library, and turns the library's errors (`olmo_repo.errors.RepoError`, and the OLMo,
-transformers and OS errors a user's input can cause) into one line on stderr with exit status 1. The
-scripts are three lines that call `main`.
+then calls the library through `run`. Every command follows one convention:
+
+- exit 0: done;
+- exit 2: a usage error, said by argparse (`usage: ...` and `PROG: error: ...`);
+- exit 1: a runtime error, i.e. bad, missing or corrupt input or a refused output (`user_errors`), said in one
+  line `PROG: error: ...` on stderr (`fail`), with no traceback; a bug keeps its traceback;
+- exit 130: Ctrl-C (`PROG: interrupted`).
+
+PROG is the script's file name (`fetch.py`), the parser's `prog`. The scripts are three lines that call `main`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
-__all__ = ["fail"]
+from ..errors import RepoError
+
+__all__ = ["fail", "run", "user_errors"]
+
+Errors = tuple[type[BaseException], ...]
 
 
 def fail(prog: str, error: BaseException | str) -> int:
@@ -20,3 +31,32 @@ def fail(prog: str, error: BaseException | str) -> int:
         message = message[1:-1]  # KeyError quotes its message
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 1
+
+
+def user_errors() -> Errors:
+    """The errors a user's input causes: this project's `RepoError`, a missing or unreadable file (OSError), a
+    bad value or key (ValueError, KeyError), OLMo's config and checkpoint errors and huggingface_hub's config
+    validation. A library's error class is looked up only once the library is loaded: a command that has not
+    imported it cannot have raised it (and `--help` of a light command stays free of torch and OLMo)."""
+    errors: list[type[BaseException]] = [RepoError, OSError, ValueError, KeyError]
+    for module, name in (
+        ("olmo.exceptions", "OLMoError"),
+        ("huggingface_hub.errors", "StrictDataclassError"),
+    ):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
+
+
+def run(prog: str, body: Callable[[], int | None], errors: Callable[[], Errors] = user_errors) -> int:
+    """`body()` under the convention: its exit status (None: 0); for an error of `errors()` one line
+    `prog: error: ...` and 1; on Ctrl-C `prog: interrupted` and 130. Any other exception propagates."""
+    try:
+        return body() or 0
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if isinstance(e, errors()):
+            return fail(prog, e)
+        raise
