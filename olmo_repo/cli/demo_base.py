@@ -44,11 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps must be at least 1, got {args.steps}")
 
     def build() -> None:
+        # after --help and argument errors: torch takes seconds
         from ..demo import BASE_DIR
-        from ..demo.base import (
-            BASE_STEPS,
-            build_base,
-        )  # after --help and argument errors: torch takes seconds
+        from ..demo.base import BASE_STEPS, build_base
 
         build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
 
