@@ -307,8 +307,8 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, out + err
-    assert "interrupted:" in out and "Traceback" not in err
-    assert part.stat().st_size > 0 and not _copy(to, server, "data/stage1.npy").exists()
+    assert "interrupted:" in out and "Traceback" not in err, out + err
+    assert part.stat().st_size > 0 and not _copy(to, server, "data/stage1.npy").exists(), out + err
     for path, data in served.files.items():
         copy = _copy(to, server, path)
         assert not copy.exists() or copy.read_bytes() == data, path

@@ -497,9 +497,11 @@ def fetch_items(
         target.commit(item.name, path, item.remote, md5)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="fetch")
-    futures = {pool.submit(work, item): item for item in todo}
+    futures: dict[Future, Item] = {}
     settled: set[Future] = set()
     try:
+        for item in todo:  # the first downloads start while the rest are submitted
+            futures[pool.submit(work, item)] = item
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -520,4 +522,5 @@ def fetch_items(
     for future, item in futures.items():  # those the loop did not reach
         if future not in settled:
             outcome.add(item, future, target, stop)
+    outcome.not_started += todo[len(futures) :]  # interrupted before they were submitted
     return outcome
