@@ -25,7 +25,7 @@ from olmo_repo.cli.explore import main as explore_main
 from olmo_repo.cli.plot_positions import main as plot_main
 from olmo_repo.errors import RepoError
 from olmo_repo.eval import ruler, suite
-from olmo_repo.output import check_replaceable, staged_dir
+from olmo_repo.output import check_replaceable, staged_dir, write_file
 
 from .conftest import make_checkpoint
 from .training import STAGE1, small
@@ -70,6 +70,25 @@ def test_force_replaces_only_a_folder_of_this_projects_outputs(tmp_path):
         check_replaceable(tmp_path / "file", force=True)
     assert (mine / "notes.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "file", "mine"]  # nothing staged is left
+
+
+def test_write_file_replaces_a_file_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "sub" / "report.md"
+    assert write_file(path, "é\n") == path and path.read_bytes() == "é\n".encode()
+    # A new file gets the user's umask (not mkstemp's 0600).
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    path.chmod(0o640)
+    write_file(path, b"new")
+    assert path.read_bytes() == b"new" and path.stat().st_mode & 0o777 == 0o640  # the replaced file's mode
+    with pytest.raises(TypeError):
+        write_file(path, 42)  # type: ignore[arg-type]  # fails while writing
+    assert path.read_bytes() == b"new" and [p.name for p in path.parent.iterdir()] == ["report.md"]
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def test_convert_force_refuses_a_folder_with_the_users_files(tmp_path, tokenizer_file, capsys):

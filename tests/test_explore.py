@@ -253,7 +253,8 @@ def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
     ]:
         assert main(argv) == 1
         err = capsys.readouterr().err.strip().splitlines()
-        assert len([line for line in err if line.startswith("error:")]) == 1 and message in err[-1]
+        errors = [line for line in err if line.startswith("explore.py: error:")]
+        assert len(errors) == 1 and message in err[-1], err
     assert (
         sorted(p.name for p in (tmp_path / "out").iterdir()) == ["page.html"]
         and not (tmp_path / "a.html").exists()

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,6 +80,19 @@ def _assert_complete(to: Path, server: FileServer) -> None:
     assert not [p for p in to.rglob(f"*{PART}*")]
 
 
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """{path under root: (bytes, mtime in ns)} of every file: what a rerun must leave as it was."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {path: data for path, (data, _) in _tree(root).items()}
+
+
 def test_help_and_argument_errors(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--help"])
@@ -101,11 +115,11 @@ def test_help_and_argument_errors(capsys):
     with pytest.raises(SystemExit) as e:
         main([str(STAGE1), "--to", "x", "stray"])
     assert e.value.code == 2 and "--key=value" in capsys.readouterr().err
-    assert main(["configs/nope.yaml", "--to", "x"]) == 2
+    assert main(["configs/nope.yaml", "--to", "x"]) == 1
     assert capsys.readouterr().err == (
-        "error: config file configs/nope.yaml does not exist (expected a YAML file such as configs/*.yaml)\n"
+        "fetch.py: error: config file configs/nope.yaml does not exist (expected a YAML file such as configs/*.yaml)\n"
     )
-    assert main([str(STAGE1), "--to", "ftp://host/x"]) == 2
+    assert main([str(STAGE1), "--to", "ftp://host/x"]) == 1
     assert "ftp:// is not a supported target" in capsys.readouterr().err
 
 
@@ -113,7 +127,7 @@ def test_unreachable_server_is_one_line(tmp_path, capsys):
     url = f"http://127.0.0.1:{free_port()}"
     code = main([str(STAGE1), "--to", str(tmp_path / "out"), f"--data_prefix={url}/data", "--only=data"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "unreachable" in err and "Connection refused" in err
+    assert code == 1 and err.count("\n") == 1 and "unreachable" in err and "Connection refused" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -164,10 +178,14 @@ def test_fetch_resumes_a_dropped_file_verifies_and_a_rerun_downloads_nothing(ser
     assert cfg.load_path == str(_copy(to, server, CKPT))
     assert cfg.run_name == "tiny-stage1-rope" and cfg.save_folder == "runs/tiny-stage1-rope"  # the rest as is
 
+    # A rerun downloads nothing, says so, and leaves every file (copies, manifest, config) as it was.
     served.log.clear()
+    before = _tree(to)
     assert main(_args(server, to)) == 0
     assert served.get_requests() == []  # verified copies: nothing downloaded
-    assert "7 file(s) already fetched and unchanged" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "7 file(s) already fetched and unchanged" in out and "fetched 0 file(s), 0 B" in out
+    assert _tree(to) == before
 
     # A file that changed on the server since: only it is fetched again, and the summary says so.
     served.files["data/val.npy"] = _tokens(21_000, 3)
@@ -220,7 +238,7 @@ def test_a_file_user_owns_is_never_overwritten(server, tmp_path, capsys):
     mine = _copy(to, server, "data/val.npy")
     mine.parent.mkdir(parents=True)
     mine.write_bytes(b"mine")
-    assert main(_args(server, to)) == 2
+    assert main(_args(server, to)) == 1
     assert "exists and was not written by fetch" in capsys.readouterr().err
     assert mine.read_bytes() == b"mine" and not (to / MANIFEST).exists()
 
@@ -244,9 +262,9 @@ def test_full_disk_before_and_during_the_fetch(server, tiny_disk, capsys):
     served = server.served
     # Before: 977 KiB of files but the plan sees less free space; nothing is written.
     (tiny_disk / "other").write_bytes(b"x" * 200_000)
-    assert main(_args(server, tiny_disk / "out")) == 2
+    assert main(_args(server, tiny_disk / "out")) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --to {tiny_disk / 'out'}: 976.6 KiB to download but only ")
+    assert err.startswith(f"fetch.py: error: --to {tiny_disk / 'out'}: 976.6 KiB to download but only ")
     assert "free some space or choose another --to" in err and not (tiny_disk / "out").exists()
 
     # During: space is enough at the plan, then another writer fills the disk.
@@ -273,7 +291,7 @@ def test_full_disk_before_and_during_the_fetch(server, tiny_disk, capsys):
 def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     to = tmp_path / "out"
     served = server.served
-    served.delay = 0.02  # ~800 KB/s per file: the fetch is mid-file when SIGINT comes
+    served.delay = 0.1  # ~160 KB/s per file (5 s for stage1.npy): the fetch is mid-file when SIGINT comes
     proc = subprocess.Popen(
         [sys.executable, str(FETCH), *_args(server, to)],
         env=subprocess_env(PYTHONPATH=str(ROOT)),
@@ -282,15 +300,15 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
         text=True,
     )
     part = _copy(to, server, "data/stage1.npy" + PART)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # the process imports ai2-olmo first: slow on a busy machine
     while not (part.is_file() and part.stat().st_size > 0):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, out + err
-    assert "interrupted:" in out and "Traceback" not in err
-    assert part.stat().st_size > 0 and not _copy(to, server, "data/stage1.npy").exists()
+    assert "interrupted:" in out and "Traceback" not in err, out + err
+    assert part.stat().st_size > 0 and not _copy(to, server, "data/stage1.npy").exists(), out + err
     for path, data in served.files.items():
         copy = _copy(to, server, path)
         assert not copy.exists() or copy.read_bytes() == data, path
@@ -301,6 +319,40 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     (rng,) = [r for m, p, r in served.log if m == "GET" and p == "data/stage1.npy"]
     assert rng is not None and rng.startswith("bytes=")  # resumed, not restarted
     _assert_complete(to, server)
+
+
+def test_a_killed_fetch_and_its_rerun_give_what_one_clean_run_gives(server, tmp_path, capsys):
+    to = tmp_path / "out"
+    served = server.served
+    assert main(_args(server, to)) == 0
+    clean = _contents(to)
+    assert set(clean) >= {MANIFEST, "tiny-stage1-rope.yaml"}
+    shutil.rmtree(to)
+
+    served.delay = 0.1  # ~160 KB/s per file (5 s for stage1.npy): the fetch is mid-file when the kill comes
+    proc = subprocess.Popen(
+        [sys.executable, str(FETCH), *_args(server, to)],
+        env=subprocess_env(PYTHONPATH=str(ROOT)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    part = _copy(to, server, "data/stage1.npy" + PART)
+    deadline = time.monotonic() + 300  # the process imports ai2-olmo first: slow on a busy machine
+    while not (part.is_file() and part.stat().st_size > 0):
+        assert time.monotonic() < deadline and proc.poll() is None, "the fetch did not start"
+        time.sleep(0.01)
+    proc.kill()
+    assert proc.wait() == -signal.SIGKILL
+    assert not (to / "tiny-stage1-rope.yaml").exists()  # no config before every file is there
+
+    served.delay = 0.0
+    served.log.clear()
+    capsys.readouterr()
+    assert main(_args(server, to)) == 0
+    assert "partly fetched: resume" in capsys.readouterr().out
+    (rng,) = [r for m, p, r in served.log if m == "GET" and p == "data/stage1.npy"]
+    assert rng is not None and rng.startswith("bytes=")  # resumed, not restarted
+    assert _contents(to) == clean  # byte for byte, manifest and config included; no partial file left
 
 
 @pytest.fixture
@@ -351,7 +403,7 @@ def test_s3_target_uploads_verified_copies_and_a_rerun_uploads_nothing(server, s
     assert server.served.get_requests() == []
     assert "7 file(s) already fetched" in capsys.readouterr().out
 
-    assert main([args[0], "--to", "s3://no-such-bucket/x", *args[3:]]) == 2
+    assert main([args[0], "--to", "s3://no-such-bucket/x", *args[3:]]) == 1
     assert "bucket no-such-bucket not reachable" in capsys.readouterr().err
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -726,3 +727,61 @@ def test_a_checkpoint_whose_f_phi_does_not_fit_its_config_is_refused_in_one_line
             load()
         assert "\n" not in str(error.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]
+
+
+# ------------------------------------------------------------------------- reruns lose and change nothing
+
+_KILLED_BEFORE_THE_REPLACE = """
+import os, signal, sys
+import olmo_repo.output
+# Every file of the new output is staged; the kill comes before it replaces the old one.
+olmo_repo.output._apply_umask = lambda root: os.kill(os.getpid(), signal.SIGKILL)
+from olmo_repo.cli.{command} import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """{name: (bytes, mtime in ns)} of every file under `root`."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}  # fmt: skip
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {name: data for name, (data, _) in _tree(root).items()}
+
+
+@pytest.mark.slow  # a killed conversion in a process of its own
+@pytest.mark.parametrize("command", ["convert_to_hf", "convert_from_hf"])
+def test_a_conversion_rerun_changes_nothing_and_a_killed_one_leaves_the_output_as_before(
+    tmp_path, tokenizer_file, capsys, command
+):
+    ckpt, _ = make_checkpoint(tmp_path / "olmo", tokenizer_file, **MODES["repo"])
+    source = ckpt if command == "convert_to_hf" else convert_to_hf(ckpt, tmp_path / "hf")
+    main = convert_to_hf_main if command == "convert_to_hf" else convert_from_hf_main
+    out = tmp_path / "out"
+    args = ["--input", str(source), "--output", str(out)]
+    assert main(args) == 0
+    first = _tree(out)
+    capsys.readouterr()
+
+    assert main(args) == 1  # without --force: refused in one line, the folder untouched
+    assert (
+        capsys.readouterr().err
+        == f"{command}.py: error: {out} exists; pass --force (force=True) to replace it\n"
+    )
+    assert _tree(out) == first
+    assert main([*args, "--force"]) == 0  # the same bytes again
+    assert _contents(out) == {k: v for k, (v, _) in first.items()}
+
+    before = _tree(out)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_THE_REPLACE.format(command=command), *args, "--force"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert _tree(out) == before  # the output as before, every byte and timestamp
+    assert main([*args, "--force"]) == 0  # and a rerun completes it as one clean run does
+    assert _contents(out) == {k: v for k, (v, _) in first.items()}
+    # What is left beside the output: the inputs, and the staging folder the kill left (hidden, never `out`).
+    left = {p.name for p in tmp_path.iterdir() if not p.name.startswith(".out.partial-")}
+    assert left == {"olmo", "out"} | ({"hf"} if command == "convert_from_hf" else set())

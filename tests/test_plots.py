@@ -210,7 +210,7 @@ def test_plot_positions_command(tmp_path, tokenizer_file, capsys):
         assert plot_positions_main([str(ckpt), "--text", TEXT, "--out", str(other), *bad]) == 1
         err = capsys.readouterr().err
         errors = [
-            line for line in err.splitlines() if line.startswith("error:")
+            line for line in err.splitlines() if line.startswith("plot_positions.py: error:")
         ]  # (stderr also has progress)
         assert len(errors) == 1 and re.search(message, errors[0]) and "Traceback" not in err, err
         assert not other.exists()

@@ -4,18 +4,20 @@ anything is written."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import shutil
 import socket
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
 import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
-from olmo_repo.train.run_folder import latest_intact_checkpoint
+from olmo_repo.train.run_folder import latest_intact_checkpoint, trim_data_indices, trim_metrics
 
 from .training import (
     STAGE1,
@@ -96,6 +98,34 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_intact_one(
     before = [json.loads(line) for line in (rope_run[0] / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [r["step"] for r in before] == [1, 2, 3, 4]
     assert [r["train/CrossEntropyLoss"] for r in records] == [r["train/CrossEntropyLoss"] for r in before]
+
+
+def test_records_after_the_resumed_step_are_dropped_and_a_cut_stream_is_repaired(tmp_path):
+    """What a run killed after its step-2 checkpoint leaves: steps 3 and 4 recorded, the last line and (for the
+    data indices) the gzip member cut short. The resumed run records from step 3 again."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        "".join(json.dumps({"step": i, "loss": 1.0 / i}) + "\n" for i in (1, 2, 3)) + '{"step": 4'
+    )
+    trim_metrics(metrics, 2)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
+
+    indices = tmp_path / "rank0.tsv.gz"
+    with gzip.open(indices, "wt") as f:  # an earlier start, closed cleanly
+        f.write("1\t5\t6\n")
+    cut = zlib.compressobj(wbits=31)  # the killed start: flushed lines, then no end
+    stream = cut.compress(b"2\t7\t8\n3\t9\t1\n4\t2") + cut.flush(zlib.Z_SYNC_FLUSH)
+    indices.write_bytes(indices.read_bytes() + stream)
+    with pytest.raises((EOFError, zlib.error)):
+        gzip.decompress(indices.read_bytes())
+    trim_data_indices(indices, 2)
+    assert gzip.decompress(indices.read_bytes()) == b"1\t5\t6\n2\t7\t8\n"
+    before = indices.read_bytes()
+    trim_data_indices(indices, 2)  # nothing to drop: the file stays as it is
+    assert indices.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "metrics.jsonl",
+        "rank0.tsv.gz",
+    ]
 
 
 def test_latest_intact_checkpoint_covers_sharded_folders_and_refuses_when_none_is_left(tmp_path):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import signal
@@ -59,7 +60,17 @@ def test_help_and_clear_failure_before_training(tmp_path):
     assert not (tmp_path / "run/config.yaml").exists()  # nothing was started
 
 
-def test_killed_run_resumes_with_identicallosses(tmp_path):
+def _indices(save_folder: Path) -> list[str]:
+    """The records of data-indices/rank0.tsv.gz (step, instance indices), read whole: a damaged stream fails."""
+    return gzip.decompress((save_folder / "data-indices/rank0.tsv.gz").read_bytes()).decode().splitlines()
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    """{path under root: bytes} of every file."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_killed_run_resumes_with_identical_losses_and_data_order(tmp_path):
     data = write_corpus(tmp_path / "data")
     steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4)
     reference = tmp_path / "reference"
@@ -80,10 +91,15 @@ def test_killed_run_resumes_with_identicallosses(tmp_path):
     result = _run(cmd)  # the same command again
     assert "Resuming from" in result.stdout
     # Each step once (the steps logged after the resumed checkpoint are dropped and logged again), and the
-    # losses are the uninterrupted run's: exact float equality, fp32 on CPU.
+    # losses are the uninterrupted run's: exact float equality, fp32 on CPU. The same for the record of the
+    # instances each step trained on (a kill leaves its gzip stream cut short).
     assert losses(run) == expected
-    # Rerunning a finished run does nothing.
+    assert _indices(run) == _indices(reference) and len(_indices(run)) == 40
+    # Rerunning a finished run does nothing, and leaves every file of the run as it was, byte for byte (OLMo's
+    # data loader writes train_data/global_indices.npy again on every start, with the same bytes).
+    before = _contents(run)
     assert "Nothing to do" in _run(cmd).stdout
+    assert _contents(run) == before
 
 
 def test_sigusr1_stops_with_a_checkpoint_and_the_rerun_continues(tmp_path):

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import RepoError
-from . import fail
+from ..integrity import require_model_dir
+from . import run
 
 __all__ = ["main"]
+
+PROG = "convert_from_hf.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Convert a Hugging Face Olmo2 directory (stock, e.g. an OLMo-2 stage-1 revision; this "
         "project's repo_olmo2; or the reference implementation's format) to an unsharded OLMo checkpoint "
-        "(config.yaml, model.pt, train.pt) usable as load_path (with reset_optimizer_state: true)."
+        "(config.yaml, model.pt, train.pt) usable as load_path (with reset_optimizer_state: true).",
     )
     parser.add_argument("--input", required=True, help="local HF directory (config.json + safetensors)")
     parser.add_argument(
@@ -22,14 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
-    from huggingface_hub.errors import StrictDataclassError
-    from olmo.exceptions import OLMoError
 
-    from ..hf.convert import convert_from_hf
+    def convert() -> None:
+        require_model_dir(args.input)  # missing or damaged: said before torch loads
+        from ..hf.convert import convert_from_hf
 
-    try:
-        out = convert_from_hf(args.input, args.output, force=args.force)
-    except (OSError, ValueError, KeyError, StrictDataclassError, OLMoError, RepoError) as e:
-        return fail("convert_from_hf.py", e)
-    print(f"wrote {out}")
-    return 0
+        print(f"wrote {convert_from_hf(args.input, args.output, force=args.force)}")
+
+    return run(PROG, convert)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import RepoError
-from . import fail
+from ..integrity import require_model_dir
+from . import run
 
 __all__ = ["main"]
+
+PROG = "convert_to_hf.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Convert an unsharded OLMo checkpoint of this project (or a checkpoint in the reference "
         "implementation's HF format) to a Hugging Face directory. Models with RePo/NoPE layers get the modeling "
-        "code (load with trust_remote_code=True, or import olmo_repo.hf); all-RoPE models become plain Olmo2."
+        "code (load with trust_remote_code=True, or import olmo_repo.hf); all-RoPE models become plain Olmo2.",
     )
     parser.add_argument(
         "--input",
@@ -39,16 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         "(default: the checkpoint's tokenizer.identifier)",
     )
     args = parser.parse_args(argv)
-    from huggingface_hub.errors import StrictDataclassError
-    from olmo.exceptions import OLMoError
 
-    from ..hf.convert import convert_to_hf
+    def convert() -> None:
+        require_model_dir(args.input)  # missing or damaged: said before torch loads
+        from ..hf.convert import convert_to_hf
 
-    try:
         out = convert_to_hf(
             args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer
         )
-    except (OSError, ValueError, KeyError, StrictDataclassError, OLMoError, RepoError) as e:
-        return fail("convert_to_hf.py", e)
-    print(f"wrote {out}")
-    return 0
+        print(f"wrote {out}")
+
+    return run(PROG, convert)

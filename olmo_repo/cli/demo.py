@@ -8,13 +8,15 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import fail
+from . import run
 
 __all__ = ["main"]
 
+PROG = "demo.py"
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
         "out_dir",
         nargs="?",
@@ -51,13 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--samples and --procs must be at least 1")
     if args.steps is not None and not (0 < args.steps[0] <= 100 and 0 < args.steps[1] <= 200):
         parser.error(f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..100 steps, stage 2 1..200")
-    from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
 
-    try:
+    def demo() -> None:
+        from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
+
         run_demo(args.out_dir, samples=args.samples, procs=args.procs, steps=args.steps and tuple(args.steps))
-    except RepoError as e:
-        return fail(parser.prog, e)
-    return 0
+
+    return run(PROG, demo, lambda: (RepoError,))
 
 
 if __name__ == "__main__":

@@ -9,13 +9,15 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import fail
+from . import run
 
 __all__ = ["main"]
 
+PROG = "demo_base.py"
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
         "--work",
         type=Path,
@@ -40,14 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
-    from ..demo import BASE_DIR
-    from ..demo.base import BASE_STEPS, build_base  # after --help and argument errors: torch takes seconds
 
-    try:
+    def build() -> None:
+        # after --help and argument errors: torch takes seconds
+        from ..demo import BASE_DIR
+        from ..demo.base import BASE_STEPS, build_base
+
         build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
-    except RepoError as e:
-        return fail(parser.prog, e)
-    return 0
+
+    return run(PROG, build, lambda: (RepoError,))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,17 @@
 """`scripts/fetch.py CONFIG --to DIR|s3://BUCKET/PREFIX`: copy what a config reads remotely, and write the config
-pointed at the copies. Errors a user can fix end in one line on stderr and exit code 2 (1: the fetch ran but
-is incomplete; 130: interrupted)."""
+pointed at the copies (`olmo_repo.fetch.run.fetch_config`)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from collections import defaultdict
-from pathlib import Path
 from urllib.parse import urlparse
 
-from ..fetch.errors import FetchError
 from ..fetch.plan import GROUPS
+from . import run
 
 __all__ = ["main"]
+
+PROG = "fetch.py"
 
 _EPILOG = """\
 Every remote path the config reads is fetched: data.paths / data.datasets / data.label_mask_paths, a remote
@@ -29,13 +26,14 @@ TARGET/CONFIG_NAME.yaml (for an s3 target also to the --staging directory, for s
     torchrun --nproc_per_node=8 scripts/train.py /data/olmo/official-1B-repo.yaml
 
 Rerunning resumes partial files and skips verified ones; a file that changed on the server is fetched again.
-Exit codes: 0 complete, 1 incomplete (see the summary; rerun), 2 bad arguments or config, 130 interrupted.
+Exit codes: 0 complete, 1 incomplete (see the summary; rerun) or a bad config or target (one line), 2 bad
+arguments, 130 interrupted (rerun to resume).
 """
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="scripts/fetch.py",
+        prog=PROG,
         usage="%(prog)s CONFIG --to DIR|s3://BUCKET/PREFIX [options] [--key=value ...]",
         description="Download the data, checkpoint and evaluation files an OLMo training config reads over "
         "http(s):// or s3://, verified and resumable, and write the config pointed at the local copies.",
@@ -104,172 +102,22 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = _parse(argv)
-    try:
-        return _fetch(args, overrides)
-    except FetchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # while planning: nothing was written yet
-        print("interrupted before any download; nothing was written", file=sys.stderr)
-        return 130
 
+    def fetch() -> int:
+        from ..fetch.run import fetch_config
 
-def _source_of(url: str) -> str:
-    parsed = urlparse(url)
-    return f"{parsed.scheme}://{parsed.netloc}"
-
-
-def _print_plan(config: str, target, items, only) -> None:
-    from ..fetch.transfer import human
-
-    print(f"plan: {config} -> {target} (free: {human(target.free_bytes())})")
-    rows: dict[tuple[str, str], list] = defaultdict(list)
-    for item in items:
-        rows[(item.probed.source.group, _source_of(item.url))].append(item)
-    print(f"  {'group':<11}{'source':<40}{'files':>6}{'bytes':>12}{'to download':>14}")
-    for (group, source), group_items in rows.items():
-        size = sum(i.remote.size for i in group_items if i.probed.remote is not None)
-        todo = sum(i.todo for i in group_items)
-        print(f"  {group:<11}{source:<40}{len(group_items):>6}{human(size):>12}{human(todo):>14}")
-    size = sum(i.remote.size for i in items if i.probed.remote is not None)
-    print(f"  {'total':<51}{len(items):>6}{human(size):>12}{human(sum(i.todo for i in items)):>14}")
-    by_state: dict[str, list] = defaultdict(list)
-    for item in items:
-        by_state[item.state].append(item)
-    notes = {
-        "done": "already fetched and unchanged on the server",
-        "resume": "partly fetched: resume",
-        "upload": "downloaded: upload",
-        "stale": "changed on the server since they were fetched: fetch again",
-        "kept": "no longer on the server: the earlier copy stays",
-    }
-    for state, note in notes.items():
-        if by_state[state]:
-            print(f"  {len(by_state[state])} file(s) {note}")
-            if state in ("stale", "kept"):
-                for item in by_state[state][:10]:
-                    print(f"    {item.url}")
-    if by_state["missing"]:
-        print(f"  {len(by_state['missing'])} file(s) cannot be fetched:")
-        for item in by_state["missing"][:20]:
-            print(f"    {item.probed.source.key}: {item.probed.problem}")
-
-
-def _fetch(args: argparse.Namespace, overrides: list[str]) -> int:
-    from ..fetch.plan import (
-        checkpoint_sources,
-        config_sources,
-        load_config,
-        local_name,
-        probe,
-        rewrite_config,
-    )
-    from ..fetch.transfer import human, make_target, plan_items, run
-
-    only = tuple(args.only or GROUPS)
-    target = make_target(args.to, args.staging)
-    cfg = load_config(args.config, overrides)
-    sources = config_sources(cfg, only)
-    if "checkpoint" in only:
-        sources += checkpoint_sources(cfg, args.timeout)
-    if not sources:
-        print(f"{args.config}: nothing to fetch ({', '.join(only)}: no http(s):// or s3:// paths)")
-        return 0
-    probed = probe(sources, args.jobs, args.timeout)
-    if all(p.remote is None for p in probed):
-        raise FetchError(f"no file could be fetched: {probed[0].problem}")
-    items = plan_items(probed, target)
-    _print_plan(args.config, target, items, only)
-
-    config_name = Path(args.config).stem + ".yaml"
-    conflicts = [target.location(i.name) for i in items if i.state == "conflict"]
-    if clash := target.config_conflict(config_name):
-        conflicts.append(clash)
-    if conflicts:
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise FetchError(
-            f"{conflicts[0]}{more} exists and was not written by fetch: move it away or choose another --to"
+        outcome = fetch_config(
+            args.config,
+            args.to,
+            overrides=overrides,
+            only=args.only or GROUPS,
+            jobs=args.jobs,
+            retries=args.retries,
+            timeout=args.timeout,
+            staging=args.staging,
+            dry_run=args.dry_run,
+            progress=not args.no_progress,
         )
-    target.check(items, args.jobs)
-    if args.dry_run:
-        return 0
+        return 130 if outcome.interrupted else 0 if outcome.complete else 1
 
-    start = time.monotonic()
-    outcome = run(
-        items,
-        target,
-        jobs=args.jobs,
-        retries=args.retries,
-        timeout=args.timeout,
-        progress=not args.no_progress,
-    )
-    seconds = time.monotonic() - start
-    fetched = sum(i.remote.size for i in outcome.fetched)
-    print(
-        f"fetched {len(outcome.fetched)} file(s), {human(fetched)} in {seconds:.1f} s; "
-        f"{sum(i.state == 'done' for i in items)} already there"
-    )
-    missing = [(i, i.probed.problem) for i in items if i.state == "missing"] + outcome.missing
-    for title, entries in (
-        ("missing on the server", missing),
-        ("changed on the server while fetching (rerun fetches the new version)", outcome.changed),
-        ("failed (rerun resumes them)", outcome.failed),
-    ):
-        if entries:
-            print(f"{title}: {len(entries)} file(s)")
-            for item, why in entries[:20]:
-                print(f"  {item.probed.source.key}: {why}")
-    if outcome.disk_full:
-        print(
-            f"disk full ({outcome.disk_full}): {len(outcome.not_started)} file(s) not fetched; free space "
-            f"at {target} and rerun (partial files resume)"
-        )
-    elif outcome.interrupted:
-        print(
-            f"interrupted: {len(outcome.not_started)} file(s) not finished; rerun the same command to resume"
-        )
-    elif outcome.not_started:
-        print(f"{len(outcome.not_started)} file(s) not fetched; rerun to fetch them")
-    if missing or not outcome.complete:
-        print(
-            f"incomplete: no config written; rerun `scripts/fetch.py {args.config} --to {args.to}` when fixed"
-        )
-        return 130 if outcome.interrupted else 1
-
-    copies = {i.url: target.location(i.name) for i in items}
-    if cfg.load_path is not None and any(i.probed.source.group == "checkpoint" for i in items):
-        base = str(cfg.load_path).rstrip("/")
-        copies[base] = target.location(local_name(base))
-    text = (
-        f"# Written by scripts/fetch.py from {args.config}"
-        + (f" with {' '.join('--' + o for o in overrides)}" if overrides else "")
-        + f": remote paths replaced by their copies under {target}.\n"
-        + rewrite_config(args.config, overrides, cfg, copies)
-    )
-    written = target.write_config(config_name, text)
-    _check_rewritten(written[0], cfg, copies)
-    for path in written:
-        print(f"config: {path}")
-    return 0
-
-
-def _check_rewritten(path: str, cfg, copies: dict[str, str]) -> None:
-    """The written config reads exactly the copies of what the original read, in the same order."""
-    from ..fetch.plan import load_config
-
-    new = load_config(path, [])
-
-    def paths(c) -> list:
-        out: list = [c.tokenizer.identifier, c.load_path and str(c.load_path).rstrip("/")]
-        for data in [c.data] + [e.data for e in c.evaluators]:
-            out += list(data.paths or []) + list(data.label_mask_paths or [])
-            out += [(k, list(v)) for k, v in (data.datasets or {}).items()]
-        return out
-
-    def mapped(value):
-        if isinstance(value, tuple):
-            return (value[0], [copies.get(p, p) for p in value[1]])
-        return copies.get(value, value) if isinstance(value, str) else value
-
-    if paths(new) != [mapped(v) for v in paths(cfg)]:
-        raise FetchError(f"{path}: the written config does not read the fetched copies; please report this")
+    return run(PROG, fetch)

@@ -1,24 +1,26 @@
-"""Command line of `scripts/plot_positions.py` (the script only calls `plot_positions_main`)."""
+"""`scripts/plot_positions.py`: the positions one RePo head predicts for a text, as a PNG."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ..errors import RepoError
 from ..integrity import require_model_dir
 from ..output import check_replaceable_file
+from . import run
 
 __all__ = ["main"]
+
+PROG = "plot_positions.py"
 
 _PNG = b"\x89PNG\r\n\x1a\n"  # every PNG file starts with it: --force replaces only a PNG
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Plot the positions one RePo head of a model predicts for a text against the token index, "
-        "with each token as a label (PNG)."
+        "with each token as a label (PNG).",
     )
     parser.add_argument(
         "model",
@@ -53,14 +55,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except (OSError, ValueError, UnicodeDecodeError, RepoError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run(PROG, lambda: _plot(args))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _plot(args: argparse.Namespace) -> None:
     check_replaceable_file(args.out, args.force, _PNG, "PNG")
     if args.out.suffix.lower() != ".png":
         raise ValueError(f"--out {args.out}: the plot is a PNG; name the file *.png")
@@ -100,7 +98,6 @@ def _run(args: argparse.Namespace) -> int:
     title = f"{Path(args.model).name}: layer {layer}, head {args.head}, {len(tokens)} tokens, span {z.max() - z.min():.2f}"
     out = plot_positions(z, tokens, args.out, title=title)
     print(f"wrote {out}")
-    return 0
 
 
 def _read_text(path: Path) -> str:

@@ -1,46 +1,66 @@
-"""Train with OLMo's Trainer and the RePo model.
+"""`scripts/train.py`: train with OLMo's Trainer and the RePo model (`olmo_repo.train.run.train`)."""
 
-Usage:
-    torchrun --nproc_per_node=N scripts/train.py CONFIG [--key=value ...]
-    python scripts/train.py CONFIG [--key=value ...]          # one process
+from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import RepoError
+from . import Errors, fail, run
+
+__all__ = ["main"]
+
+PROG = "train.py"
+
+_EPILOG = """\
 CONFIG is a YAML file (configs/*.yaml); each --key=value overrides a config key, dotted for nested keys
 (--model.pe_start_layer=5, --save_folder=runs/x, --stop_at=100). The config's strategy (fsdp or ddp) on
 nccl with CUDA, on gloo without. Rerunning the same command resumes from the latest checkpoint in
 save_folder (or remote_save_folder). See docs/training.md.
+
+    torchrun --nproc_per_node=N scripts/train.py CONFIG [--key=value ...]
+    python scripts/train.py CONFIG [--key=value ...]          # one process
 """
 
-from __future__ import annotations
 
-import sys
-from pathlib import Path
+def _training_errors() -> Errors:
+    """A config or checkpoint problem (OLMo's error, or this project's) is one line; anything else in a
+    training run keeps its traceback."""
+    from olmo.exceptions import OLMoError
 
-__all__ = ["main"]
+    return RepoError, OLMoError
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
-    if not Path(argv[0]).is_file():  # before the imports, which take seconds
-        print(
-            f"train.py: error: config file {argv[0]} does not exist (expected a YAML file such as configs/*.yaml)",
-            file=sys.stderr,
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage="%(prog)s CONFIG [--key=value ...]",
+        description="Train with OLMo's Trainer and the RePo model.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "config", metavar="CONFIG", help="training config (YAML), e.g. configs/official-1B-repo.yaml"
+    )
+    args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    for arg in overrides:
+        if not (arg.startswith("--") and "=" in arg):
+            parser.error(f"unrecognized argument {arg}: config overrides take the form --key=value")
+    if not Path(args.config).is_file():  # before the imports, which take seconds
+        return fail(
+            PROG, f"config file {args.config} does not exist (expected a YAML file such as configs/*.yaml)"
         )
-        return 1
-    from olmo.exceptions import OLMoError
 
-    from ..eval.inloop import install
-    from ..train.run import train
+    def train() -> None:
+        from ..eval.inloop import install
+        from ..train.run import train
 
-    install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)
-    try:
-        train(argv[0], argv[1:])
-    except OLMoError as e:  # a config or checkpoint problem: its message, not a traceback
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)
+        train(args.config, overrides)
+
+    return run(PROG, train, _training_errors)
 
 
 if __name__ == "__main__":  # `python -m olmo_repo.cli.train`, as the demo starts its runs

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import RepoError
-from . import fail
+from . import run
 
 __all__ = ["main"]
+
+PROG = "unshard.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Unshard a sharded checkpoint of an FSDP run (stepN/, written with sharded_checkpointer="
         "olmo_core) into an unsharded one (config.yaml, model.pt, optim.pt, train.pt), as the run's own "
         "unsharded save would have written it. No GPU and no torchrun needed. The output is what "
-        "scripts/convert_to_hf.py and load_path take."
+        "scripts/convert_to_hf.py and load_path take.",
     )
     parser.add_argument(
         "--input", required=True, help="sharded checkpoint folder: a local path, http(s):// or s3://"
@@ -33,15 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         "twice the model's size)",
     )
     args = parser.parse_args(argv)
-    from olmo.exceptions import OLMoError
 
-    from ..train.unshard import unshard_checkpoint
-    from ..upstream.torch import patch_torch_for_olmo
+    def unshard() -> None:
+        from ..train.unshard import unshard_checkpoint
+        from ..upstream.torch import patch_torch_for_olmo
 
-    patch_torch_for_olmo()  # train.pt holds paths and numpy RNG state
-    try:
+        patch_torch_for_olmo()  # train.pt holds paths and numpy RNG state
         out = unshard_checkpoint(args.input, args.output, force=args.force, model_only=args.model_only)
-    except (OSError, ValueError, OLMoError, RepoError) as e:
-        return fail("unshard.py", e)
-    print(f"wrote {out}")
-    return 0
+        print(f"wrote {out}")
+
+    return run(PROG, unshard)

@@ -3,7 +3,7 @@ RePo layer and head, for one or two models side by side, with the analysis of `o
 
     model.py   ExplorerModel: a model (HF directory or OLMo checkpoint) loaded once; positions, tokens, analysis
     app.py     the FastAPI app (page, local plotly.js, /api/...), serving on 127.0.0.1, the static HTML export
-    cli.py     scripts/explore.py
+    run.py     what scripts/explore.py does: serve_explorer, export_page (input checks before any load)
     page/      index.html (Jinja2 template) and explorer.js (the plot, selectors and tables)
 
 Needs the `explore` extra (FastAPI, uvicorn, plotly), which `make install` installs.

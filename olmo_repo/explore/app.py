@@ -8,7 +8,6 @@ with {"error": one line}.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from functools import cache
@@ -23,6 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from plotly.offline import get_plotlyjs
 from pydantic import BaseModel, ConfigDict
 
+from ..output import write_file
 from .model import BadRequest, ExplorerModel
 
 __all__ = ["PositionsRequest", "TokensRequest", "create_app", "export_html", "listen", "render_page", "serve"]
@@ -141,14 +141,6 @@ def serve(app: FastAPI, sock: socket.socket) -> None:
 
 
 def export_html(models: list[ExplorerModel], prompt: str, out: Path) -> Path:
-    """Write the page for `prompt` as one self-contained HTML file (written whole, then renamed into place)."""
+    """Write the page for `prompt` as one self-contained HTML file (whole or not at all: `write_file`)."""
     results = [m.positions(prompt) if m.repo_layers else m.tokens(prompt) for m in models]
-    html = render_page([m.info() for m in models], prompt, results)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    try:
-        partial.write_text(html, encoding="utf-8")
-        partial.replace(out)
-    finally:
-        partial.unlink(missing_ok=True)
-    return out
+    return write_file(out, render_page([m.info() for m in models], prompt, results))

@@ -3,7 +3,8 @@
 `config_sources` lists every remote path of a loaded config in its order: the training data (`data.paths`,
 `data.datasets`, `data.label_mask_paths`), a remote `tokenizer.identifier`, the files of `load_path` that a
 stage-1 start or a resume reads, and the evaluators' data. `rewrite_config` writes the YAML back with
-those paths replaced by their copies, every other key (and the order of the data) unchanged.
+those paths replaced by their copies, every other key (and the order of the data) unchanged, and
+`check_rewritten_config` proves that the written file reads exactly those copies.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "GROUPS",
     "Probed",
     "Source",
+    "check_rewritten_config",
     "checkpoint_sources",
     "config_sources",
     "load_config",
@@ -227,3 +229,25 @@ def rewrite_config(path: str | Path, overrides: list[str], cfg: Any, copies: dic
     if cfg.load_path is not None and str(cfg.load_path).rstrip("/") in copies:
         raw.load_path = copies[str(cfg.load_path).rstrip("/")]
     return OmegaConf.to_yaml(raw)
+
+
+def _read_paths(cfg: Any) -> list[Any]:
+    """Every path a config reads, in order: tokenizer, load_path, then the data of training and evaluators."""
+    out: list[Any] = [cfg.tokenizer.identifier, cfg.load_path and str(cfg.load_path).rstrip("/")]
+    for data in [cfg.data] + [e.data for e in cfg.evaluators]:
+        out += list(data.paths or []) + list(data.label_mask_paths or [])
+        out += [(k, list(v)) for k, v in (data.datasets or {}).items()]
+    return out
+
+
+def check_rewritten_config(path: str | Path, cfg: Any, copies: dict[str, str]) -> None:
+    """FetchError unless the config written to `path` reads exactly the copies (`{remote: copy}`) of what
+    `cfg` reads, in the same order, and every other path as `cfg` does."""
+
+    def mapped(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return (value[0], [copies.get(p, p) for p in value[1]])
+        return copies.get(value, value) if isinstance(value, str) else value
+
+    if _read_paths(load_config(path, [])) != [mapped(v) for v in _read_paths(cfg)]:
+        raise FetchError(f"{path}: the written config does not read the fetched copies; please report this")

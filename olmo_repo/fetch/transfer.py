@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..output import write_file
 from .errors import FetchError
 from .plan import Probed, local_name
 from .remote import Changed, NotFound, RemoteFile, Transient, open_from
@@ -39,9 +40,9 @@ __all__ = [
     "S3Target",
     "download",
     "human",
+    "fetch_items",
     "make_target",
     "plan_items",
-    "run",
 ]
 
 PART = ".fetching"
@@ -74,9 +75,7 @@ def _md5_etag(etag: str | None) -> str | None:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_file(path, json.dumps(value, indent=1, sort_keys=True))
 
 
 def _read_json(path: Path) -> Any:
@@ -268,15 +267,14 @@ class LocalTarget:
             _write_json(self.root / MANIFEST, self.manifest)
 
     def write_config(self, filename: str, text: str) -> list[str]:
+        """Write the config (a rerun that would write the same text leaves the file as it is)."""
         path = self.root / filename
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + PART)
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        if not (path.is_file() and path.read_bytes() == text.encode()):
+            write_file(path, text)
         with self._lock:
             if filename not in self.manifest["configs"]:
                 self.manifest["configs"].append(filename)
-            _write_json(self.root / MANIFEST, self.manifest)
+                _write_json(self.root / MANIFEST, self.manifest)
         return [str(path)]
 
 
@@ -379,9 +377,7 @@ class S3Target:
         path.with_name(path.name + ".json").unlink(missing_ok=True)
 
     def write_config(self, filename: str, text: str) -> list[str]:
-        local = self.staging / filename
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_text(text)
+        local = write_file(self.staging / filename, text)
         self.client.put_object(
             Bucket=self.bucket, Key=self.key(filename), Body=text.encode(), Metadata={"fetch-config": "1"}
         )
@@ -422,6 +418,8 @@ def plan_items(probed: list[Probed], target: LocalTarget | S3Target) -> list[Ite
 
 @dataclass
 class Outcome:
+    """What a fetch did with the items it was given (those it did not have to fetch are in none of the lists)."""
+
     fetched: list[Item] = field(default_factory=list)
     missing: list[tuple[Item, str]] = field(default_factory=list)
     changed: list[tuple[Item, str]] = field(default_factory=list)
@@ -434,8 +432,35 @@ class Outcome:
     def complete(self) -> bool:
         return not (self.missing or self.changed or self.failed or self.not_started or self.disk_full)
 
+    def add(self, item: Item, future: Future, target: LocalTarget | S3Target, stop: threading.Event) -> None:
+        """Sort the finished (or cancelled) download of `item` into the outcome. A full disk sets `stop` for every
+        worker; an error that is not the server's, the network's or the disk's sets it too and is raised."""
+        if future.cancelled():
+            self.not_started.append(item)
+            return
+        e = future.exception()
+        if e is None:
+            self.fetched.append(item)
+        elif isinstance(e, NotFound):
+            self.missing.append((item, str(e)))
+        elif isinstance(e, Changed):
+            self.changed.append((item, str(e)))
+        elif isinstance(e, Interrupted):
+            self.not_started.append(item)
+        elif isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            self.disk_full = self.disk_full or f"{e.filename or target}: {e.strerror}"
+            self.not_started.append(item)
+            stop.set()
+        elif isinstance(e, OSError):
+            self.failed.append((item, f"{e.filename}: {e.strerror}"))
+        elif isinstance(e, FetchError):
+            self.failed.append((item, str(e)))
+        else:
+            stop.set()
+            raise e
 
-def run(
+
+def fetch_items(
     items: list[Item],
     target: LocalTarget | S3Target,
     *,
@@ -471,55 +496,31 @@ def run(
             md5 = download(item.remote, path, stop, bar.update, retries, timeout)
         target.commit(item.name, path, item.remote, md5)
 
-    settled: set[Future] = set()
-
-    def settle(future: Future, item: Item) -> None:
-        if future in settled:
-            return
-        settled.add(future)
-        if future.cancelled():
-            outcome.not_started.append(item)
-            return
-        e = future.exception()
-        if e is None:
-            outcome.fetched.append(item)
-        elif isinstance(e, NotFound):
-            outcome.missing.append((item, str(e)))
-        elif isinstance(e, Changed):
-            outcome.changed.append((item, str(e)))
-        elif isinstance(e, Interrupted):
-            outcome.not_started.append(item)
-        elif isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            outcome.disk_full = outcome.disk_full or f"{e.filename or target}: {e.strerror}"
-            outcome.not_started.append(item)
-            stop.set()
-        elif isinstance(e, OSError):
-            outcome.failed.append((item, f"{e.filename}: {e.strerror}"))
-        elif isinstance(e, FetchError):
-            outcome.failed.append((item, str(e)))
-        else:
-            stop.set()
-            raise e
-
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="fetch")
-    futures = {pool.submit(work, item): item for item in todo}
-    pending = set(futures)
+    futures: dict[Future, Item] = {}
+    settled: set[Future] = set()
     try:
+        for item in todo:  # the first downloads start while the rest are submitted
+            futures[pool.submit(work, item)] = item
+        pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:
-                settle(future, futures[future])
+                settled.add(future)
+                outcome.add(futures[future], future, target, stop)
             if stop.is_set():
                 for future in pending:
                     future.cancel()
     except KeyboardInterrupt:
         outcome.interrupted = True
         stop.set()
-        for future in pending:
+        for future in futures:
             future.cancel()
     finally:
         pool.shutdown(wait=True)  # running workers stop at their next chunk
         bar.close()
-    for future in pending:
-        settle(future, futures[future])
+    for future, item in futures.items():  # those the loop did not reach
+        if future not in settled:
+            outcome.add(item, future, target, stop)
+    outcome.not_started += todo[len(futures) :]  # interrupted before they were submitted
     return outcome

@@ -120,7 +120,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         )
     problems += _check_save_folders(cfg)
     if problems:
-        raise OLMoConfigurationError("config cannot train here:\n  - " + "\n  - ".join(problems))
+        raise OLMoConfigurationError("config cannot train here: " + "; ".join(problems))  # one line
 
 
 # Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).

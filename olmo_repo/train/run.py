@@ -56,6 +56,7 @@ from .run_folder import (
     decided_on_rank0,
     earlier_start_here,
     latest_checkpoint,
+    trim_data_indices,
     trim_metrics,
 )
 from .trainer import METRICS_FILE, STOP_REQUESTED, RepoTrainer
@@ -156,15 +157,10 @@ def _wrap(cfg: TrainConfig, model: OLMo, device: torch.device) -> DDP | FSDP:
     return dist_model
 
 
-def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
-    """Everything up to `fit()`: config handling, W&B, data, model, optimizer, checkpoint loading.
-
-    Expects `preflight(cfg, ...)` to have run and the process group to be up.
-    """
-    log_extra_field("run_name", cfg.run_name)
+def _derive_settings(cfg: TrainConfig) -> None:
+    """The settings OLMo's own script derives from the config before anything is built."""
     if (cfg.reset_optimizer_state or cfg.reset_trainer_state) and cfg.load_path is None:
         log.warning("reset_optimizer_state/reset_trainer_state have no effect without load_path")
-
     cfg.model.precision = cfg.precision
     cfg.device_train_batch_size = cfg.global_train_batch_size // get_world_size()
     cfg.device_train_grad_accum = cfg.device_train_batch_size // cfg.device_train_microbatch_size
@@ -181,10 +177,11 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
         if cfg.save_num_unsharded_checkpoints_to_keep == 0:
             cfg.save_num_unsharded_checkpoints_to_keep = cfg.save_num_checkpoints_to_keep
 
-    # Evaluators first: a bad entry is refused before the config is saved, W&B starts and the data loader and
-    # model are built (olmo_repo.eval.inloop builds its NIAH prompts here).
-    evaluators = build_evaluators(cfg, device)
 
+def _resume_or_start(cfg: TrainConfig) -> bool:
+    """Point `cfg` at the latest checkpoint of this run, if there is one, or save its config.yaml for a new
+    run. Returns whether this is a rerun in the folder (a resume, or a new start after one that failed or was
+    killed before its first checkpoint: its config.yaml and data-order files are then replaced)."""
     resume_from = latest_checkpoint(cfg)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
@@ -193,9 +190,6 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
     check_load_path_files(cfg)
-
-    # A folder with a checkpoint resumes; one without is a new run, even if an earlier start in it failed or
-    # was killed before its first checkpoint: its config.yaml and data-order files are then replaced.
     rerun = resume_from is not None or decided_on_rank0(lambda: earlier_start_here(cfg))
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
@@ -203,17 +197,11 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
         save_path.parent.mkdir(parents=True, exist_ok=True)  # preflight checks it, without creating it
         cfg.save(save_path)
     barrier()
+    return rerun
 
-    if cfg.wandb is not None and (get_global_rank() == 0 or not cfg.wandb.rank_zero_only):
-        _start_wandb(cfg)
-    barrier()
 
-    seed_all(cfg.seed)
-    loader_cfg = copy.copy(cfg)
-    loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
-    train_loader = build_train_dataloader(loader_cfg)
-    barrier()
-
+def _build_model(cfg: TrainConfig, device: torch.device) -> tuple[OLMo, DDP | FSDP]:
+    """The model and its DDP/FSDP wrap, compiled and checkpointed as the config says."""
     log.info("Building model...")
     olmo_model = build_model(cfg.model)
     log.info("Total number of parameters: %s", f"{olmo_model.num_params():,d}")
@@ -226,33 +214,31 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     olmo_model.set_activation_checkpointing(cfg.activation_checkpointing)
     dist_model = _wrap(cfg, olmo_model, device)
     log.info("Model:\n%s", dist_model)
+    return olmo_model, dist_model
 
-    optim = build_optimizer(cfg, dist_model)
-    scheduler = build_scheduler(cfg)
 
-    indices_file: TextIO | None = None
-    if cfg.save_data_indices:
-        indices_path = Path(cfg.save_folder) / f"data-indices/rank{get_global_rank()}.tsv.gz"
-        if indices_path.exists() and not cfg.save_overwrite and not rerun:
-            raise OLMoConfigurationError(f"{indices_path} already exists, use --save_overwrite to overwrite")
-        indices_path.parent.mkdir(exist_ok=True, parents=True)
-        indices_file = gzip.open(indices_path, "at")
+def _data_indices(cfg: TrainConfig, rerun: bool) -> Path | None:
+    """This rank's data-indices file, when the config saves them; one that a new run did not write is refused."""
+    if not cfg.save_data_indices:
+        return None
+    path = Path(cfg.save_folder) / f"data-indices/rank{get_global_rank()}.tsv.gz"
+    if path.exists() and not cfg.save_overwrite and not rerun:
+        raise OLMoConfigurationError(f"{path} already exists, use --save_overwrite to overwrite")
+    return path
 
-    trainer = RepoTrainer(
-        cfg=cfg,
-        epoch=cfg.epoch,
-        model=olmo_model,
-        dist_model=dist_model,
-        optim=optim,
-        scheduler=scheduler,
-        train_loader=train_loader,
-        device=device,
-        evaluators=evaluators,
-        indices_file=indices_file,
-    )
 
+def _open_data_indices(path: Path, step: int) -> TextIO:
+    """The data-indices file, to append the steps after `step` to (the records of later steps, from before a
+    kill, are dropped first: `trim_data_indices`)."""
+    trim_data_indices(path, step)
+    path.parent.mkdir(exist_ok=True, parents=True)
+    return gzip.open(path, "at")
+
+
+def _load_state(trainer: RepoTrainer, cfg: TrainConfig) -> None:
+    """A new run saves and reloads a checkpoint up front (so that a full disk or bad storage fails now); a
+    resumed or initialised one loads `load_path`."""
     if not cfg.dry_run and not cfg.no_pre_train_checkpoint and cfg.load_path is None:
-        # Save and reload a checkpoint up front, so that a full disk or bad storage fails now.
         checkpoint_type = (
             CheckpointType.sharded
             if cfg.distributed_strategy == DistributedStrategy.fsdp and cfg.save_num_checkpoints_to_keep != 0
@@ -278,9 +264,47 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
                 trainer.scheduler, trainer.global_step, int(trainer.global_step + cfg.scheduler.t_warmup)
             )
 
+
+def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
+    """Everything up to `fit()`: config handling, W&B, data, model, optimizer, checkpoint loading.
+
+    Expects `preflight(cfg, ...)` to have run and the process group to be up.
+    """
+    log_extra_field("run_name", cfg.run_name)
+    _derive_settings(cfg)
+    # Evaluators first: a bad entry is refused before the config is saved, W&B starts and the data loader and
+    # model are built (olmo_repo.eval.inloop builds its NIAH prompts here).
+    evaluators = build_evaluators(cfg, device)
+    rerun = _resume_or_start(cfg)
+
+    if cfg.wandb is not None and (get_global_rank() == 0 or not cfg.wandb.rank_zero_only):
+        _start_wandb(cfg)
+    barrier()
+
+    seed_all(cfg.seed)
+    loader_cfg = copy.copy(cfg)
+    loader_cfg.save_overwrite = cfg.save_overwrite or rerun  # its work dir exists on a rerun
+    train_loader = build_train_dataloader(loader_cfg)
+    barrier()
+
+    olmo_model, dist_model = _build_model(cfg, device)
+    indices = _data_indices(cfg, rerun)
+    trainer = RepoTrainer(
+        cfg=cfg,
+        epoch=cfg.epoch,
+        model=olmo_model,
+        dist_model=dist_model,
+        optim=build_optimizer(cfg, dist_model),
+        scheduler=build_scheduler(cfg),
+        train_loader=train_loader,
+        device=device,
+        evaluators=evaluators,
+    )
+    _load_state(trainer, cfg)
     if get_global_rank() == 0:
         trim_metrics(Path(cfg.save_folder) / METRICS_FILE, trainer.global_step)
-
+    if indices is not None and not _finished(trainer):  # a finished run records nothing, and appends nothing
+        trainer.indices_file = _open_data_indices(indices, trainer.global_step)
     if cfg.force_save_unsharded and cfg.distributed_strategy != DistributedStrategy.ddp:
         log.info("Saving unsharded checkpoint...")
         trainer.save_checkpoint(checkpoint_type=CheckpointType.unsharded)

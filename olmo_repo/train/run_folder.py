@@ -1,12 +1,14 @@
 """The run folder (`save_folder`) across starts: which checkpoint resumes, whether the config still fits it,
-whether a folder without a checkpoint is a new run, and `metrics.jsonl` after a resume."""
+whether a folder without a checkpoint is a new run, and `metrics.jsonl` and the data indices after a resume."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ from olmo.util import (
 from omegaconf import OmegaConf as om
 
 from ..integrity import checkpoint_problems
+from ..output import write_file
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +153,46 @@ def trim_metrics(path: Path, step: int) -> None:
 
     kept = [line for line in lines if keep(line)]
     if len(kept) < len(lines):
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(kept))
-        partial.replace(path)
+        write_file(path, "".join(kept))
         log.info(
             "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
         )
+
+
+def _gzip_text(data: bytes) -> tuple[str, bool]:
+    """The text of a gzip file's members, as far as they can be read, and whether all of it could be: a process
+    killed while appending leaves its member without an end (what it flushed still decompresses)."""
+    text = []
+    while data:
+        member = zlib.decompressobj(wbits=31)  # one gzip member
+        try:
+            text.append(member.decompress(data))
+        except zlib.error:
+            return b"".join(text).decode(errors="replace"), False
+        if not member.eof:
+            return b"".join(text).decode(errors="replace"), False
+        data = member.unused_data
+    return b"".join(text).decode(errors="replace"), True
+
+
+def trim_data_indices(path: Path, step: int) -> None:
+    """Drop the records after `step` (and a line or gzip member cut short by a kill) from a data-indices file
+    (`STEP\tINDEX...` lines, gzip): the resumed run records those steps again, appending a member of its own,
+    which a member left without its end would make unreadable."""
+    if not path.is_file():
+        return
+    text, intact = _gzip_text(path.read_bytes())
+    lines = text.splitlines(keepends=True)
+
+    def keep(line: str) -> bool:
+        head = line.split("\t", 1)[0]
+        return line.endswith("\n") and head.isdigit() and int(head) <= step
+
+    kept = [line for line in lines if keep(line)]
+    if intact and len(kept) == len(lines):
+        return
+    write_file(path, gzip.compress("".join(kept).encode(), mtime=0))
+    log.info("%s: %d records after step %d dropped (recorded again now)", path, len(lines) - len(kept), step)
 
 
 _STEP_DIR = re.compile(r"step(\d+)(-unsharded)?")
