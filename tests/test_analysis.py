@@ -86,3 +86,24 @@ def test_positions_section(models, tmp_path):
     assert "| 64 | 63 |" in section.markdown
     with pytest.raises(ValueError, match="no RePo layer"):
         positions_section("RoPE", *models["RoPE"], texts, [16], tmp_path)
+
+
+@pytest.mark.slow
+def test_positions_section_of_a_grouped_query_model_is_per_key_value_head(tmp_path, tokenizer_file):
+    """4 query heads, 2 key/value heads: the section says what its heads are, and its spans have 2 of them."""
+    ckpt, _ = make_checkpoint(
+        tmp_path / "olmo",
+        tokenizer_file,
+        max_sequence_length=256,
+        pe_mode="repo",
+        pe_start_layer=1,
+        n_kv_heads=2,
+    )
+    hf_dir = convert_to_hf(ckpt, tmp_path / "hf")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
+    texts = [_prompt("lucky-dove", "7043913", 3).prompt]
+    section = positions_section("GQA", model, tokenizer, texts, [16, 32], tmp_path / "report")
+    assert section.markdown.startswith("Positions are predicted per key/value head (2 query heads share its")
+    spans = rgb(section.figures[1])
+    (box,) = axes_boxes(spans, min_len=200)
+    assert (len(xticks(spans, box)), len(yticks(spans, box))) == (2, 3)  # key/value heads x RePo layers

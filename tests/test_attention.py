@@ -83,6 +83,7 @@ MODELS = {
     "rope": dict(),
     "nope": dict(pe_mode="nope"),
     "hybrid": dict(pe_mode="repo", pe_layer_ids=[0, 2]),
+    "gqa": dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=2),  # attention per query head, as stock
     STOCK: None,
 }
 
@@ -142,7 +143,7 @@ def test_attention_mass_equals_transformers_attentions(model_and_tokenizer):
         # A softmax row sums to one: the group means times the group sizes account for all of it.
         total = sum(mass.per_layer[layer, g] * m.sum() for g, m in enumerate(masks))
         assert abs(total - 1) <= 1e-5
-    expected_repo = {"repo": (1, 2, 3), "hybrid": (0, 2)}.get(name, ())
+    expected_repo = {"repo": (1, 2, 3), "hybrid": (0, 2), "gqa": (1, 2, 3)}.get(name, ())
     assert mass.repo_layers == expected_repo
     if expected_repo:
         want = mass.per_layer[list(expected_repo)].mean(0).tolist()

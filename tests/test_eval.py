@@ -378,9 +378,12 @@ def _run_cli(model, out, *flags) -> dict:
 
 
 @pytest.mark.slow
-def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file):
+@pytest.mark.parametrize("n_kv_heads", [None, 2])  # multi-head, grouped-query
+def test_eval_cli_repo_checkpoint(tmp_path, tokenizer_file, n_kv_heads):
     """An OLMo checkpoint of this project (RoPE layer 0, RePo layer 1), converted on the fly; YaRN 2x at 1536."""
-    overrides = dict(n_layers=2, pe_mode="repo", pe_start_layer=1, max_sequence_length=768)
+    overrides = dict(
+        n_layers=2, pe_mode="repo", pe_start_layer=1, max_sequence_length=768, n_kv_heads=n_kv_heads
+    )
     ckpt, _ = make_checkpoint(tmp_path / "ckpt", tokenizer_file, **overrides)
     _run_cli(ckpt, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "out"]  # the temporary HF dir is gone

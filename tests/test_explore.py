@@ -34,7 +34,7 @@ from olmo_repo import predict_positions
 from olmo_repo.cli.explore import main
 from olmo_repo.eval.positions import position_patterns, position_spans
 from olmo_repo.explore.app import create_app, listen
-from olmo_repo.explore.model import MAX_PROMPT_CHARS, ExplorerModel
+from olmo_repo.explore.model import MAX_PROMPT_CHARS, BadRequest, ExplorerModel
 from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import ROOT, make_checkpoint
@@ -54,7 +54,12 @@ def ckpts(tmp_path_factory, tokenizer_file) -> SimpleNamespace:
     repo, repo_olmo = make_checkpoint(tmp / "repo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
     hybrid, hybrid_olmo = make_checkpoint(tmp / "hybrid", tokenizer_file, pe_mode="repo", pe_layer_ids=[0, 2])
     rope, _ = make_checkpoint(tmp / "rope", tokenizer_file)
+    gqa, gqa_olmo = make_checkpoint(
+        tmp / "gqa", tokenizer_file, pe_mode="repo", pe_start_layer=1, n_kv_heads=2
+    )
     return SimpleNamespace(
+        gqa=gqa,
+        gqa_olmo=gqa_olmo,
         tmp=tmp,
         repo=repo,
         repo_olmo=repo_olmo,
@@ -120,6 +125,23 @@ def assert_close_to_olmo(got: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- API
+
+
+def test_a_grouped_query_model_shows_one_position_per_key_value_head(ckpts):
+    """GQA (4 query heads, 2 key/value heads): the explorer's heads are the key/value heads, and it says so."""
+    model = ExplorerModel(ckpts.gqa)
+    assert model.info()["n_heads"] == 2 and model.info()["n_query_heads"] == 4
+    ids = ckpts.tokenizer.encode(PROMPT).ids
+    out = model.positions(PROMPT)
+    assert out["layers"] == [1, 2, 3] and out["heads"] == [0, 1]
+    got = torch.tensor(out["positions"], dtype=torch.float32)  # [L, H_kv, T]
+    assert got.shape == (3, 2, len(ids))
+    with torch.no_grad():
+        olmo = predict_positions(ckpts.gqa_olmo, torch.tensor([ids]))
+    for i, layer in enumerate(out["layers"]):
+        assert_close_to_olmo(got[i], olmo[layer][0])
+    with pytest.raises(BadRequest, match="has heads 0..1"):
+        model.positions(PROMPT, head=2)
 
 
 def test_api_returns_the_positions_the_models_compute(ckpts):

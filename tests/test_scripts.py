@@ -85,13 +85,10 @@ BAD_INPUT = {
     "train": ["{missing}"],
     "unshard": ["--input", "{missing}", "--output", "out"],
 }
-EVAL_PENDING = pytest.mark.xfail(
-    strict=False, reason="cli/eval.py exits 2 on a runtime error until issue 27's eval part"
-)
 
 
 @pytest.mark.slow  # a process per command, most of them importing torch
-@pytest.mark.parametrize("name", [pytest.param(n, marks=EVAL_PENDING) if n == "eval" else n for n in SCRIPTS])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_a_missing_input_is_one_error_line_and_exit_1(name, tmp_path):
     missing, file = tmp_path / "nowhere", tmp_path / "mine.txt"
     file.write_text("mine")

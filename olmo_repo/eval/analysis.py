@@ -21,6 +21,7 @@ from . import plots
 from .attention import Span, attention_mass, attention_mass_table, mean_attention_mass
 from .positions import (
     batch_positions,
+    heads_of_positions,
     pattern_table,
     patterns_by_layer,
     span_table,
@@ -93,6 +94,7 @@ def positions_section(
     spans = spans_by_length(model, tokenizer, texts, lengths)
     first, tokens = text_positions(model, tokenizer, texts[0], max_tokens=min(longest, 96))
     layer = max(first)  # the last RePo layer, head 0
+    head = heads_of_positions(model.config)
     figures = [
         plots.plot_pattern_shares(
             patterns, out_dir / f"patterns-{name}.png", title=f"{name}: position patterns"
@@ -105,11 +107,12 @@ def positions_section(
             first[layer][0],
             tokens,
             out_dir / f"positions-{name}.png",
-            title=f"{name}: layer {layer}, head 0",
+            title=f"{name}: layer {layer}, {head.split(' (')[0]} 0",
         ),
     ]
     markdown = (
-        f"Position patterns (chunks of 16 tokens, eps 0.2) over {len(texts)} texts of {longest} tokens:\n\n"
+        ("" if head == "head" else f"Positions are predicted per {head}. ")
+        + f"Position patterns (chunks of 16 tokens, eps 0.2) over {len(texts)} texts of {longest} tokens:\n\n"
         f"{pattern_table(patterns)}\n\nSpans (max - min position) against the context length:\n\n"
         f"{span_table(spans)}\n\n" + "".join(f"![{f.stem}]({_link(f, links_from)})\n" for f in figures)
     )

@@ -23,6 +23,7 @@ plain tensor arithmetic on {layer: positions [B, H, T]}.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -34,6 +35,7 @@ from ..tables import markdown_table
 __all__ = [
     "PATTERNS",
     "batch_positions",
+    "heads_of_positions",
     "pattern_counts",
     "pattern_table",
     "patterns_by_layer",
@@ -123,6 +125,13 @@ def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
     finally:
         model.train(was_training)
     return {layer: z.float().cpu() for layer, z in sorted(out.positions.items())}
+
+
+def heads_of_positions(config: Any) -> str:
+    """What the head index of the positions counts, for captions: "head", or with grouped-query attention
+    "key/value head" and how many query heads share each position."""
+    n_kv, n_heads = config.num_key_value_heads, config.num_attention_heads
+    return "head" if n_kv == n_heads else f"key/value head ({n_heads // n_kv} query heads share its position)"
 
 
 def text_positions(

@@ -27,7 +27,7 @@ class ExplorerModel:
     """MODEL (an HF directory or an OLMo checkpoint directory of this project, converted on the fly), loaded
     once without its LM head; `positions` runs one request at a time.
 
-    Positions come from `output_positions=True` of the HF model ({layer: [B, H, T]}, fp32 as computed).
+    Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed).
     """
 
     def __init__(self, path: str | Path, *, device: str = "cpu", max_tokens: int = 512):
@@ -40,7 +40,9 @@ class ExplorerModel:
         self.name = str(path)
         self.device = device
         self.max_tokens = max_tokens
-        self.n_heads: int = config.num_attention_heads
+        # One position per key/value head (grouped-query attention: shared by its query heads).
+        self.n_heads: int = config.num_key_value_heads
+        self.n_query_heads: int = config.num_attention_heads
         self.layer_modes: list[str] = layer_modes(config)
         self.repo_layers = repo_layer_ids(config)
         self._lock = threading.Lock()
@@ -52,6 +54,7 @@ class ExplorerModel:
             layer_modes=self.layer_modes,
             repo_layers=self.repo_layers,
             n_heads=self.n_heads,
+            n_query_heads=self.n_query_heads,
             max_tokens=self.max_tokens,
         )
 

@@ -29,7 +29,7 @@ function setStatus(text, isError = false) {
 function setup() {
   for (const [i, m] of models.entries()) {
     const item = document.createElement("li");
-    item.textContent = `${m.name}: ${m.repo_layers.length ? `RePo layers ${m.repo_layers.join(", ")}` : "no RePo layer"}, ${m.n_heads} heads`;
+    item.textContent = `${m.name}: ${m.repo_layers.length ? `RePo layers ${m.repo_layers.join(", ")}` : "no RePo layer"}, ${m.n_heads === m.n_query_heads ? `${m.n_heads} heads` : `${m.n_heads} key/value heads (a position each, shared by ${m.n_query_heads / m.n_heads} query heads)`}`;
     item.value = i;
     $("models").append(item);
   }
