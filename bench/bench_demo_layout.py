@@ -4,7 +4,7 @@ beside one CPU-bound process, side by side in one run; prints the ratios.
     .venv/bin/python bench/bench_demo_layout.py [--steps 30] [--warmup 5]
 
 Layouts: one process with torch's default threads (as many as cores), one process with one thread, and two
-DDP processes of one thread each under torchrun (`olmo_repo.demo.run.PROCS`). The competitor is a Python busy
+DDP processes of one thread each under torchrun (`olmo_repo.demo.PROCS`). The competitor is a Python busy
 loop, the kind of second job a shared machine runs. `make demo` uses the layout whose loaded/idle ratio is
 lowest at a comparable idle speed.
 """

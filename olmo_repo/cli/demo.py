@@ -1,6 +1,7 @@
 """`make demo`: build a tiny corpus offline, continue the shipped tiny base model with RoPE on CPU, then with
 RoPE, RePo and NoPE through `olmo_repo.cli.train`, print a table and write report.md as each part is ready (see
-docs/demo.md). A rerun resumes an interrupted demo and skips what finished with the same inputs."""
+docs/demo.md). A rerun resumes an interrupted demo and skips what finished with the same inputs;
+report.md is assembled from what every stage recorded, so a rerun of a finished demo leaves it as it was."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ PROG = "demo.py"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf  # light: the configs' sizes, not torch
+
+    from ..demo import PROCS, SAMPLES, config_path
+
+    stage1, stage2 = (
+        OmegaConf.load(config_path(name)).max_duration for name in ("stage1-rope", "stage2-rope")
+    )
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
         "out_dir",
@@ -30,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--samples",
         type=int,
-        default=10,
-        help="NIAH prompts per variant and length in the report's evaluation (default: 10)",
+        default=SAMPLES,
+        help=f"NIAH prompts per variant and length in the report's evaluation (default: {SAMPLES})",
     )
     parser.add_argument(
         "--procs",
         type=int,
-        default=2,
-        help="training processes per run, one thread each (default: 2, torchrun's layout; 1: one process "
+        default=PROCS,
+        help=f"training processes per run, one thread each (default: {PROCS}, torchrun's layout; 1: one process "
         "with torch's default threads)",
     )
     parser.add_argument(
@@ -45,14 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs=2,
         metavar=("STAGE1", "STAGE2"),
-        help="training steps of stage 1 and of stage 2 (default: the configs', 100 and 200; at most 100 and "
-        "200, the corpus's length)",
+        help=f"training steps of stage 1 and of stage 2 (default and most: the configs', {stage1} and {stage2}, "
+        "the corpus's length)",
     )
     args = parser.parse_args(argv)
     if args.samples < 1 or args.procs < 1:
         parser.error("--samples and --procs must be at least 1")
-    if args.steps is not None and not (0 < args.steps[0] <= 100 and 0 < args.steps[1] <= 200):
-        parser.error(f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..100 steps, stage 2 1..200")
+    if args.steps is not None and not (0 < args.steps[0] <= stage1 and 0 < args.steps[1] <= stage2):
+        parser.error(
+            f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..{stage1} steps, stage 2 1..{stage2}"
+        )
 
     def demo() -> None:
         from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo

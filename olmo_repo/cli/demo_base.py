@@ -1,7 +1,7 @@
 """`make demo-base`: rebuild the tiny base model that `make demo` starts from (olmo_repo/demo/base_model/,
-shipped in the package): its tokenizer and corpus, 4,000 steps of RoPE pre-training on CPU (about 55 min on 2
-cores), and the conversion to HF in bf16. See olmo_repo/demo/base.py for why the demo starts from a shipped
-model."""
+shipped in the package): its tokenizer and corpus, RoPE pre-training on CPU (tiny-base-rope.yaml; docs/demo.md
+says how long it takes), and the conversion to HF in bf16. See olmo_repo/demo/base.py for why the demo starts
+from a shipped model."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ PROG = "demo_base.py"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf  # light: the config's sizes, not torch
+
+    from ..demo import BASE_DIR, config_path
+
+    config = OmegaConf.load(config_path("base-rope"))
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
         "--work",
@@ -36,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         "--steps",
         type=int,
         default=None,
-        help="training steps of 8 windows of 512 tokens, and the corpus size to match (default: 4000, the "
-        "config's; fewer for a quick try)",
+        help=f"training steps of {config.global_train_batch_size} windows of {config.model.max_sequence_length} "
+        f"tokens, and the corpus size to match (default: {config.max_duration:,}, the config's; fewer for a "
+        "quick try)",
     )
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
@@ -45,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def build() -> None:
         # after --help and argument errors: torch takes seconds
-        from ..demo import BASE_DIR
         from ..demo.base import BASE_STEPS, build_base
 
         build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)

@@ -4,11 +4,11 @@ a plain (non-editable) install.
 
 Modules, each depending only on those before it:
 
-    folder     DemoFolder: the output folder, whose previous demo outputs a rerun replaces
+    folder     DemoFolder: the output folder and its stages' records; a rerun replaces only a demo's outputs
     corpus     the offline tokenizer and corpus (RULER NIAH documents, retrieval practice, stories)
     training   one training run in a subprocess (`python -m olmo_repo.cli.train`), summarised from metrics.jsonl
     base       make demo-base: rebuild the shipped base model; its tokenizer
-    run        make demo: stage 1, stage 2 with RePo and with RoPE, the table and the report
+    run        make demo: its stages, and report.md assembled from what they recorded
 
 This module is light (pathlib only): importing a submodule does not load torch through it.
 """
@@ -17,13 +17,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BASE_DIR", "CONFIGS_DIR", "config_path"]
+__all__ = ["BASE_DIR", "CONFIGS_DIR", "PROCS", "SAMPLES", "config_path"]
 
 BASE_DIR = Path(__file__).resolve().parent / "base_model"
 """The shipped tiny base model that `make demo` starts from (HF, bf16, with its tokenizer)."""
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 """The demo's training configs, `tiny-{base-rope,stage1-rope,stage2-repo,stage2-rope}.yaml`."""
+
+
+PROCS = 2
+"""Training processes per run of `make demo`, one thread each: on 2 cores this layout keeps its speed when other
+work shares them, where one process with two threads slows down (`bench/bench_demo_layout.py` measures the
+layouts; README, "make demo")."""
+
+SAMPLES = 10
+"""NIAH prompts per variant and length in the evaluation of `make demo`."""
 
 
 def config_path(name: str) -> Path:

@@ -5,14 +5,15 @@ from.
 Why ship it: retrieval (NIAH) needs induction heads, and a tiny model from scratch does not form them within
 a CPU demo's minutes (docs/demo.md). `make demo-base` rebuilds it: the demo's tokenizer, the "base"
 split of the demo corpus (`olmo_repo.demo.corpus`), `tiny-base-rope.yaml` through `olmo_repo.cli.train`, and
-the conversion to HF in bf16, with the same seeds and data as the shipped one (51 min of training on 2 cores).
-Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
+the conversion to HF in bf16, with the same seeds and data as the shipped one (README, "make demo", says how long
+it takes). Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import CorruptFileError, RepoError
@@ -24,7 +25,7 @@ from .training import run_training, summarise
 
 __all__ = ["BASE_STEPS", "HF_FILES", "base_tokenizer", "build_base"]
 
-BASE_STEPS = 4000  # the config's max_duration
+BASE_STEPS: int = OmegaConf.load(config_path("base-rope")).max_duration
 # What convert_to_hf writes for the base: an existing output folder holding anything else is not ours.
 HF_FILES = {
     "config.json",

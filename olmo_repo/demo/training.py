@@ -85,6 +85,8 @@ def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
         raise RepoError(f"{name} logged no training step in {metrics_path}")
     evals = [r[k] for r in records for k in r if k.startswith("eval/") and k.endswith("CrossEntropyLoss")]
     speeds = [r[SPEED] for r in train if SPEED in r]
+    if (checkpoint := find_latest_checkpoint(save_folder)) is None:
+        raise RepoError(f"{name} saved no checkpoint in {save_folder}")
     return RunResult(
         name=name,
         steps=train[-1]["step"],
@@ -93,7 +95,7 @@ def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
         eval_loss=evals[-1] if evals else None,
         tokens_per_s=float(np.median(speeds)) if speeds else None,
         wall_s=wall_s,
-        checkpoint=str(find_latest_checkpoint(save_folder)),
+        checkpoint=str(checkpoint),
         positions=positions_summary(train[-1]),
     )
 

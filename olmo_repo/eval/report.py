@@ -1,7 +1,8 @@
 """A Markdown report that compares HF models with the analyses of this package (`make demo` ends with one).
 
 `write_report(report, models, ...)` evaluates every model and writes the Markdown file `report` (e.g.
-`runs/demo/report.md`), its PNG figures in `figures/` beside it:
+`runs/demo/report.md`), its PNG figures in `figures/` beside it; `report_sections` yields the same sections one
+by one, for a caller that records them (`make demo`):
 
 - NIAH (RULER, `olmo_repo.eval.niah`) at the training length and at 2x and 4x with YaRN (factor 2 and 4,
   `olmo_repo.eval.loading`), per variant and averaged, with the score-against-length plot
@@ -18,7 +19,7 @@ sections before it, never a half-written file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -33,7 +34,7 @@ from .analysis import NeedlePrompt, attention_section, positions_section
 from .loading import load_model, training_length, yarn_factor
 from .variants import RULER_SEED
 
-__all__ = ["niah_scores", "niah_section", "write_report"]
+__all__ = ["niah_scores", "niah_section", "report_sections", "write_report"]
 
 
 def niah_scores(
@@ -118,6 +119,53 @@ def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
     return markdown_table(header, rows) + "\n"
 
 
+def report_sections(
+    models: Mapping[str, Path],
+    figures: Path,
+    *,
+    variants: Sequence[str] = ("niah_single_1", "niah_single_2", "niah_multikey_2"),
+    groups: Mapping[str, Sequence[str]] | None = None,
+    samples: int = 20,
+    tokens: int | None = None,
+    seed: int = RULER_SEED,
+) -> Iterator[str]:
+    """Evaluate `models` ({name: HF directory}, the same training length) and yield each Markdown section of
+    the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
+    `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
+    count of the FLOPs table (none: no table)."""
+    trained = {training_length(read_hf_config(d)) for d in models.values()}
+    if len(trained) != 1:
+        raise ValueError(
+            f"the models were trained at different lengths {sorted(trained)}; compare like with like"
+        )
+    length = trained.pop()
+    groups = groups or {"all": list(variants)}
+    variants = [v for group in groups.values() for v in group]
+
+    scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
+    yield f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}"
+
+    loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
+    tokenizer = next(iter(loaded.values()))[1]
+    prompts = [
+        NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
+        for v in variants
+        for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
+    ]
+    attention = attention_section(loaded, prompts, figures, links_from=figures.parent)
+    yield f"## Attention mass\n\n{attention.markdown}"
+
+    texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
+    span_lengths = [length // 8, length // 4, length // 2, length]
+    for name, (model, tok) in loaded.items():
+        if repo_layer_ids(model.config):
+            section = positions_section(name, model, tok, texts, span_lengths, figures, figures.parent)
+            yield f"## Learned positions: {name}\n\n{section.markdown}"
+
+    if tokens is not None:
+        yield f"## Training cost\n\n{_flops_markdown(models, tokens)}"
+
+
 def write_report(
     report: Path,
     models: Mapping[str, Path],
@@ -131,45 +179,12 @@ def write_report(
     seed: int = RULER_SEED,
 ) -> Path:
     """Evaluate `models` ({name: HF directory}, the same training length) and write the Markdown file `report`,
-    its PNG figures in `figures/` beside it; returns `report`. `groups` ({name: variants}) averages NIAH per
-    group (default: one group, `variants`). `tokens`: the token count of the FLOPs table (none: no table). The
-    file is rewritten as each section is ready, so an interrupted evaluation leaves the sections before it."""
+    its PNG figures in `figures/` beside it; returns `report`. The options are `report_sections`'. The file is
+    rewritten as each section is ready, so an interrupted evaluation leaves the sections before it."""
     report = Path(report)
-    figures = report.parent / "figures"
-    trained = {training_length(read_hf_config(d)) for d in models.values()}
-    if len(trained) != 1:
-        raise ValueError(
-            f"the models were trained at different lengths {sorted(trained)}; compare like with like"
-        )
-    length = trained.pop()
-    groups = groups or {"all": list(variants)}
-    variants = [v for group in groups.values() for v in group]
     sections = [f"# {title}\n" if title else "", preamble]
-
-    def write(section: str) -> None:
+    options = dict(variants=variants, groups=groups, samples=samples, tokens=tokens, seed=seed)
+    for section in report_sections(models, report.parent / "figures", **options):
         sections.append(section)
         output.write_file(report, "\n".join(s.rstrip() + "\n" for s in sections if s))
-
-    scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-    write(f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}")
-
-    loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
-    tokenizer = next(iter(loaded.values()))[1]
-    prompts = [
-        NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
-        for v in variants
-        for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
-    ]
-    attention = attention_section(loaded, prompts, figures, links_from=report.parent)
-    write(f"## Attention mass\n\n{attention.markdown}")
-
-    texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
-    span_lengths = [length // 8, length // 4, length // 2, length]
-    for name, (model, tok) in loaded.items():
-        if repo_layer_ids(model.config):
-            section = positions_section(name, model, tok, texts, span_lengths, figures, report.parent)
-            write(f"## Learned positions: {name}\n\n{section.markdown}")
-
-    if tokens is not None:
-        write(f"## Training cost\n\n{_flops_markdown(models, tokens)}")
     return report
