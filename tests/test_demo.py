@@ -95,12 +95,13 @@ def test_a_stage_is_skipped_resumed_or_redone_from_its_record(tmp_path):
 
 def test_positions_column_shows_every_repo_layer():
     record = {"step": 20, "train/CrossEntropyLoss": 3.0}
-    assert positions_summary(record) == "-"
+    assert positions_summary(record, [1, 2, 3]) == "-"
     for layer, (lo, hi) in {3: (-2.0, 5.25), 1: (-0.04, 0.31), 2: (-1.0, 1.0)}.items():
         record.update(
             {f"train/positions/layer{layer}/{k}": v for k, v in (("min", lo), ("max", hi), ("std", 1))}
         )
-    assert positions_summary(record) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
+    assert positions_summary(record, [1, 2, 3]) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
+    assert positions_summary(record, []) == "-"  # a run without RePo layers
 
 
 @pytest.mark.parametrize("name", CONFIGS)

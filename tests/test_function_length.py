@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "olmo_repo"
 LIMIT = 80
 
@@ -33,9 +31,5 @@ def test_the_count_sees_a_long_function(tmp_path):
     assert long_functions(tmp_path, limit=LIMIT + 1) == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="until the other parts of issue 27 are merged: cli/eval.py run and demo/run.py run_demo",
-)
 def test_no_function_in_the_package_is_over_80_lines():
     assert long_functions() == []

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RepoError
+from ..output import write_file
 
 __all__ = ["DemoFolder"]
 
@@ -77,14 +78,12 @@ class DemoFolder:
         return self._stages().get(name)
 
     def write_text(self, name: str, text: str) -> bool:
-        """Write the entry `name` whole (through a temporary file renamed over it), unless it already holds
-        `text`; returns whether it was written."""
+        """Write the entry `name` whole (`olmo_repo.output.write_file`), unless it already holds `text`; returns
+        whether it was written."""
         path = self.entry(name)
         if path.is_file() and path.read_bytes() == text.encode():
             return False
-        staged = self.entry(name + ".tmp")
-        staged.write_text(text)
-        staged.replace(path)
+        write_file(path, text)
         return True
 
     def _stages(self) -> dict[str, dict]:
@@ -104,10 +103,7 @@ class DemoFolder:
         return self.path / name
 
     def _save(self) -> None:  # whole or not at all: a kill at any moment leaves a readable marker
-        self.path.mkdir(parents=True, exist_ok=True)
-        staged = self.path / (self.MARKER + ".tmp")
-        staged.write_text(json.dumps(self.entries))
-        staged.replace(self.path / self.MARKER)
+        write_file(self.path / self.MARKER, json.dumps(self.entries))
 
 
 def _read_json(path: Path, what: str) -> Any:

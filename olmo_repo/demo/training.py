@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +18,8 @@ from olmo.util import find_latest_checkpoint
 from omegaconf import OmegaConf
 
 from ..errors import RepoError
-from ..modes import POSITIONS_METRIC
+from ..eval.inloop import metric_name
+from ..modes import POSITIONS_METRIC, repo_layer_ids
 from ..train.trainer import METRICS_FILE
 
 __all__ = ["RunResult", "niah_curves", "positions_summary", "read_metrics", "run_training", "summarise"]
@@ -96,17 +96,33 @@ def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
         tokens_per_s=float(np.median(speeds)) if speeds else None,
         wall_s=wall_s,
         checkpoint=str(checkpoint),
-        positions=positions_summary(train[-1]),
+        positions=positions_summary(train[-1], repo_layer_ids(_run_config(save_folder).model)),
     )
+
+
+def _run_config(save_folder: Path) -> Any:
+    """The run's config.yaml (written before its first step): what its metrics are named after."""
+    return OmegaConf.load(save_folder / "config.yaml")
+
+
+def _niah_labels(config: Any) -> list[str]:
+    """The labels of a run's in-loop NIAH evaluators (`niah_*`)."""
+    return [str(e.label) for e in config.get("evaluators", []) if str(e.get("label", "")).startswith("niah_")]
+
+
+def _niah_scores(record: dict[str, Any], labels: list[str]) -> dict[str, float]:
+    """{variant: exact match} of the in-loop NIAH evaluations in one metrics record."""
+    names = {label: metric_name(label, "exact_match") for label in labels}
+    return {label: record[name] for label, name in names.items() if name in record}
 
 
 def niah_curves(save_folder: Path) -> dict[int, dict[str, float]]:
     """{step: {variant: exact match}} of the in-loop NIAH evaluations in a run's metrics.jsonl."""
+    labels = _niah_labels(_run_config(save_folder))
     curves: dict[int, dict[str, float]] = {}
     for record in read_metrics(save_folder / METRICS_FILE):
-        for key, value in record.items():
-            if (m := _NIAH_KEY.fullmatch(key)) is not None:
-                curves.setdefault(record["step"], {})[m[1]] = value
+        if scores := _niah_scores(record, labels):
+            curves.setdefault(record["step"], {}).update(scores)
     return curves
 
 
@@ -124,7 +140,7 @@ class _Progress:
         self.max_steps: int | None = None  # from the run's config.yaml (written before its first step)
         self.first: tuple[int, float] | None = None  # (step, time) of the first step seen by this start
         self.niah: dict[int, dict[str, float]] = {}
-        self.variants = 0
+        self.labels: list[str] = []  # of the in-loop NIAH evaluators
 
     def update(self) -> None:
         if not self.path.is_file():
@@ -141,12 +157,10 @@ class _Progress:
 
     def _read_config(self) -> None:
         if self.max_steps is None:
-            config = OmegaConf.load(self.path.parent / "config.yaml")
+            config = _run_config(self.path.parent)
             duration = config.get("max_duration")
             self.max_steps = duration if isinstance(duration, int) else 0
-            self.variants = sum(
-                str(e.get("label", "")).startswith("niah_") for e in config.get("evaluators", [])
-            )
+            self.labels = _niah_labels(config)
 
     def _step(self, record: dict[str, Any]) -> None:
         self._read_config()
@@ -160,13 +174,14 @@ class _Progress:
         print(f"   {self.name} step {f'{step}{of}':>7}  loss {record[LOSS]:.3f}{eta}", flush=True)
 
     def _niah(self, record: dict[str, Any]) -> None:
-        scores = {m[1]: v for k, v in record.items() if (m := _NIAH_KEY.fullmatch(k))}
-        if not scores:
+        if not any(key.startswith("eval/") for key in record):
             return
         self._read_config()
+        if not (scores := _niah_scores(record, self.labels)):
+            return
         at = self.niah.setdefault(record["step"], {})
         at.update(scores)
-        if self.variants and len(at) == self.variants:
+        if len(at) == len(self.labels):
             mean = 100 * sum(at.values()) / len(at)
             print(
                 f"   {self.name} step {record['step']:>7}  in-loop NIAH exact match {mean:.0f}% "
@@ -175,15 +190,11 @@ class _Progress:
             )
 
 
-_NIAH_KEY = re.compile(r"eval/(niah_\w+)/exact_match")
-_MIN_KEY = re.compile(re.escape(POSITIONS_METRIC).replace(r"\{layer\}", r"(\d+)").replace(r"\{stat\}", "min"))
-
-
-def positions_summary(metrics: dict[str, float]) -> str:
-    """`layer:[min,max]` of every RePo layer in a metrics record (keys `POSITIONS_METRIC`), or "-"."""
-    layers = sorted(int(m[1]) for k in metrics if (m := _MIN_KEY.fullmatch(k)))
+def positions_summary(metrics: dict[str, float], layers: list[int]) -> str:
+    """`layer:[min,max]` of the RePo `layers` in a metrics record (keys `POSITIONS_METRIC`), or "-"."""
     spans = []
     for i in layers:
-        lo, hi = (metrics[POSITIONS_METRIC.format(layer=i, stat=stat)] for stat in ("min", "max"))
-        spans.append(f"{i}:[{lo:.2g},{hi:.2g}]")
+        lo, hi = (metrics.get(POSITIONS_METRIC.format(layer=i, stat=stat)) for stat in ("min", "max"))
+        if lo is not None and hi is not None:
+            spans.append(f"{i}:[{lo:.2g},{hi:.2g}]")
     return " ".join(spans) or "-"
