@@ -1,0 +1,130 @@
+"""Strict stage-1 initialisation (`olmo_repo.olmocore.stage1`), in one gloo process (OLMo-core's FSDP over one
+rank); the two-process runs are in test_train.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from olmo_core.distributed.checkpoint import save_model_and_optim_state
+from olmo_core.distributed.utils import get_full_tensor, init_distributed
+
+from olmo_repo.errors import RepoError
+from olmo_repo.modes import F_PHI_WEIGHTS
+from olmo_repo.olmocore import checkpoint
+from olmo_repo.olmocore.attention import with_position_modes
+from olmo_repo.olmocore.hf import hf_to_core
+from olmo_repo.olmocore.stage1 import is_f_phi_key
+from olmo_repo.olmocore.train import build_trainer, check_experiment, start
+
+from .training import build_corpus, tiny_experiment
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """One gloo rank, the demo's corpus (small) and its base model as a model-only OLMo-core checkpoint."""
+    init_distributed(backend="gloo")
+    root = tmp_path_factory.mktemp("stage1")
+    return build_corpus(root / "data"), hf_to_core(
+        __import__("olmo_repo.demo", fromlist=["BASE_DIR"]).BASE_DIR, root / "base"
+    )
+
+
+def _trainer(config):
+    """`build_trainer`; OLMo-core builds its device mesh once per process (a training script builds one
+    trainer), these tests build several in one process."""
+    import olmo_core.distributed.parallel as parallel
+
+    parallel._WORLD_MESH = None
+    return build_trainer(config)
+
+
+def _params(trainer) -> dict[str, torch.Tensor]:
+    return {
+        k: get_full_tensor(v).detach().clone() for k, v in trainer.train_module.model.state_dict().items()
+    }
+
+
+def _optim_state(trainer) -> dict[str, dict[str, torch.Tensor]]:
+    model, optim = trainer.train_module.model, trainer.train_module.optim
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {
+        names[id(p)]: {k: get_full_tensor(v).clone() for k, v in s.items()} for p, s in optim.state.items()
+    }
+
+
+def test_base_loads_bit_exact_and_repo_weights_keep_their_init(setup, tmp_path):
+    data, base = setup
+    stock = checkpoint.state_dict(checkpoint.load_model(base))
+    config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}")
+    check_experiment(config)
+    trainer = _trainer(config)
+    trainer.train_module.model.init_weights(max_seq_len=512)
+    before = _params(trainer)
+    start(trainer, config)
+    after = _params(trainer)
+    new = {k for k in after if is_f_phi_key(f"model.{k}")}
+    assert new == {f"blocks.{i}.attention.{n}.weight" for i in (1, 2, 3) for n in F_PHI_WEIGHTS}
+    for name, tensor in after.items():
+        if name in new:
+            assert torch.equal(tensor, before[name]), name  # the init, untouched
+        else:
+            assert torch.equal(tensor, stock[name].float()), name  # bf16 base, exactly upcast
+
+
+def test_stage1_optimizer_state_continues_for_the_base(setup, tmp_path):
+    """A RoPE run's checkpoint with AdamW state: every base parameter's exp_avg, exp_avg_sq and step continue,
+    the RePo parameters start fresh, the optimizer's hyper-parameters are the new run's."""
+    data, base = setup
+    rope = tiny_experiment(tmp_path / "rope", data, f"--load_path={base}")
+    rope.model = with_position_modes(rope.model, "rope")
+    trainer = _trainer(rope)
+    start(trainer, rope)
+    batch = {"input_ids": torch.randint(2, 4096, (2, 512))}
+    trainer.train_module.train_batch(batch)
+    trainer.train_module.optim_step()
+    stage1 = tmp_path / "stage1"
+    save_model_and_optim_state(
+        stage1 / "model_and_optim",
+        trainer.train_module.model,
+        trainer.train_module.optim,
+        flatten_optimizer_state=True,
+    )
+    saved = _optim_state(trainer)
+
+    repo = tiny_experiment(tmp_path / "repo", data, f"--load_path={stage1}", "--train_module.optim.lr=1e-4")
+    trainer = _trainer(repo)
+    start(trainer, repo)
+    state = _optim_state(trainer)
+    for name, moments in state.items():
+        if is_f_phi_key(f"model.{name}"):
+            assert moments["exp_avg"].abs().max() == 0 and moments["exp_avg_sq"].abs().max() == 0, name
+        else:
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(moments[key], saved[name][key]), (name, key)
+    assert {g["lr"] for g in trainer.train_module.optim.param_groups} == {1e-4}
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (dict(n_layers=3), r"lacks 11 keys of the model that are not RePo weights: model.blocks.3"),
+        (dict(d_model=64), r"shapes differ \(checkpoint vs model\): model.blocks"),
+        (dict(pe_mode="rope"), r"has 9 keys the model does not: model.blocks.1.attention.content_map.weight"),
+    ],
+)
+def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(setup, tmp_path, change, says):
+    data, base = setup
+    config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}")
+    other = tiny_experiment(tmp_path / "other", data)
+    mode = change.pop("pe_mode", "repo")
+    model = other.model.replace(**change) if change else other.model
+    repo_model = with_position_modes(model, "repo", 1)
+    source = tmp_path / "source"
+    source.mkdir()
+    checkpoint.save_model(repo_model.build(init_device="cpu"), {"model": repo_model.as_config_dict()}, source)
+    config.load_path = str(source)
+    if mode == "rope":
+        config.model = with_position_modes(config.model, "rope")
+    with pytest.raises(RepoError, match=says):
+        check_experiment(config)
+    assert not (tmp_path / "run").exists()
