@@ -19,7 +19,7 @@ from olmo_repo.modes import F_PHI_WEIGHTS, layer_modes
 from olmo_repo.olmocore.attention import RepoAttention, RepoAttentionConfig, with_position_modes
 from olmo_repo.rope import record_positions
 
-from .tiny import assert_within, olmo2_tiny
+from .tiny import assert_within, needs_gqa, olmo2_tiny
 
 
 def _model(config: TransformerConfig, seed: int = 0, spread: float = 0.0) -> torch.nn.Module:
@@ -65,7 +65,7 @@ def test_config_round_trips_and_is_registered():
 
 def test_presets_get_position_modes():
     """OLMo-core's presets: OLMo 2 1B with RePo from layer 5 (the paper's), OLMo 3 7B with its sliding windows
-    kept layer by layer; OLMo 3 32B (grouped-query attention) too."""
+    kept layer by layer."""
     one_b = with_position_modes(TransformerConfig.olmo2_1B_v2(vocab_size=100352), "repo", 5)
     model = one_b.build(init_device="meta")
     assert [i for i, b in model.blocks.items() if isinstance(b.attention, RepoAttention)] == [
@@ -79,6 +79,10 @@ def test_presets_get_position_modes():
         b.attention.window_size for b in stock7.blocks.values()
     ]
     assert sum(isinstance(b.attention, RepoAttention) for b in repo7.blocks.values()) == 22
+
+
+@needs_gqa
+def test_olmo3_32b_gets_one_position_per_kv_head():
     config32 = TransformerConfig.olmo3_32B(vocab_size=100352)
     att = config32.block.sequence_mixer
     assert (att.n_heads, att.n_kv_heads) == (40, 8)
@@ -154,7 +158,13 @@ def _reference(att: Attention, x: torch.Tensor, mode: str, window: int | None = 
 
 @pytest.mark.parametrize(
     "mode, kv_heads, window",
-    [("repo", None, None), ("nope", None, None), ("repo", None, 6), ("repo", 2, None), ("repo", 1, 6)],
+    [
+        ("repo", None, None),
+        ("nope", None, None),
+        ("repo", None, 6),
+        pytest.param("repo", 2, None, marks=needs_gqa),
+        pytest.param("repo", 1, 6, marks=needs_gqa),
+    ],
 )
 def test_attention_matches_float64_truth(mode, kv_heads, window):
     """A RePo/NoPE layer in fp32 (torch SDPA, OLMo-core's CPU backend) against the float64 formula; grouped
