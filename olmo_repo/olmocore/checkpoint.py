@@ -44,7 +44,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
         if (path / "model.pt").is_file() or (path / "config.yaml").is_file():
             hint = " (it is an ai2-olmo checkpoint: use scripts/convert_to_hf.py and the .venv commands)"
         elif (path / "config.json").is_file():
-            hint = " (it is a Hugging Face directory: scripts/core_convert.py --from-hf converts it)"
+            hint = " (it is a Hugging Face directory: scripts/core_convert_from_hf.py converts it)"
         raise RepoError(f"{path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata{hint}")
     file = path / CONFIG
     if not file.is_file():

@@ -58,9 +58,7 @@ def _metadata(path: str) -> tuple[str, Metadata]:
     try:
         return directory, get_checkpoint_metadata(directory)
     except FileNotFoundError:
-        hint = (
-            " (an ai2-olmo checkpoint? convert it through HF: scripts/convert_to_hf.py, then core_convert.py)"
-        )
+        hint = " (an ai2-olmo checkpoint? convert it through HF: scripts/convert_to_hf.py, then scripts/core_convert_from_hf.py)"
         hint = hint if "://" not in path and (Path(path) / "model.pt").is_file() else ""
         raise RepoError(
             f"load_path={path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata{hint}"

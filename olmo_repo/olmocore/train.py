@@ -14,6 +14,8 @@ with these differences:
   (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
   continued for the base.
 - `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again).
+- SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
+  (`scripts/slurm/train-core-*.sbatch`). OLMo-core itself stops the same way on SIGTERM and SIGINT.
 
 A run resumes from the latest checkpoint in `save_folder` (OLMo-core's `maybe_load_checkpoint`) when rerun with
 the same command.
@@ -25,12 +27,17 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
+import signal
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from olmo_core.data import NumpyDatasetConfig
+from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
 from olmo_core.script_utils import ExperimentConfig, get_cli_parser
@@ -44,6 +51,7 @@ from .stage1 import check_stage1, load_stage1
 
 __all__ = [
     "MetricsFileCallback",
+    "SignalStopCallback",
     "build",
     "build_trainer",
     "check_experiment",
@@ -131,6 +139,34 @@ class MetricsFileCallback(Callback):
             f.write(json.dumps(record) + "\n")
 
 
+@dataclass
+class SignalStopCallback(Callback):
+    """SIGUSR1 (SLURM's `--signal` before the time limit, `scancel --signal=USR1`) stops the run after the
+    current step: OLMo-core's `cancel_run` (every rank stops at the same step) and its checkpointer's final save.
+    `run` then requeues the SLURM job from rank 0."""
+
+    stopped: bool = False
+
+    def pre_train(self) -> None:
+        signal.signal(signal.SIGUSR1, self._stop)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopped = True
+        self.trainer.cancel_run("SIGUSR1 received")
+
+
+def _requeue() -> None:
+    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job is None:
+        log.info("Stopped on SIGUSR1: rerun the same command to resume")
+        return
+    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode != 0:
+        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
+
+
 def _backend() -> str:
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
@@ -144,8 +180,9 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
     dataset = config.dataset.build()
     data_loader = config.data_loader.build(dataset, dp_process_group=train_module.dp_process_group)
     trainer_config = config.trainer
-    if "metrics_file" not in trainer_config.callbacks:
-        trainer_config = trainer_config.with_callback("metrics_file", MetricsFileCallback())
+    for name, callback in (("metrics_file", MetricsFileCallback()), ("signal_stop", SignalStopCallback())):
+        if name not in trainer_config.callbacks:
+            trainer_config = trainer_config.with_callback(name, callback)
     trainer = trainer_config.build(train_module, data_loader)
     for callback in trainer.callbacks.values():
         if isinstance(callback, ConfigSaverCallback):
@@ -171,6 +208,10 @@ def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bo
         trainer = build_trainer(config)
         start(trainer, config, load_optim_state)
         trainer.fit()
+        stop = trainer.callbacks["signal_stop"]
+        unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
+        if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
+            _requeue()
     finally:
         teardown_training_environment()
 

@@ -8,6 +8,7 @@ import torch
 from olmo_core.distributed.checkpoint import save_model_and_optim_state
 from olmo_core.distributed.utils import get_full_tensor, init_distributed
 
+from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
 from olmo_repo.modes import F_PHI_WEIGHTS
 from olmo_repo.olmocore import checkpoint
@@ -24,9 +25,8 @@ def setup(tmp_path_factory):
     """One gloo rank, the demo's corpus (small) and its base model as a model-only OLMo-core checkpoint."""
     init_distributed(backend="gloo")
     root = tmp_path_factory.mktemp("stage1")
-    return build_corpus(root / "data"), hf_to_core(
-        __import__("olmo_repo.demo", fromlist=["BASE_DIR"]).BASE_DIR, root / "base"
-    )
+    yield build_corpus(root / "data"), hf_to_core(BASE_DIR, root / "base")
+    torch.distributed.destroy_process_group()
 
 
 def _trainer(config):
@@ -128,3 +128,28 @@ def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(setup, tmp_pa
     with pytest.raises(RepoError, match=says):
         check_experiment(config)
     assert not (tmp_path / "run").exists()
+
+
+def test_sigusr1_stops_after_the_current_step_with_a_checkpoint(setup, tmp_path):
+    """What SLURM's `--signal=USR1@...` does to a run: it stops after the step it is in, with a checkpoint."""
+    import os
+    import signal
+    from dataclasses import dataclass
+
+    from olmo_core.train.callbacks import Callback
+
+    @dataclass
+    class SignalAtStep2(Callback):
+        def post_step(self) -> None:
+            if self.step == 2:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    data, base = setup
+    config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}", "--trainer.max_duration.value=6")
+    config.trainer = config.trainer.with_callback("signal", SignalAtStep2())
+    trainer = _trainer(config)
+    start(trainer, config)
+    trainer.fit()
+    step = trainer.global_step
+    assert trainer.callbacks["signal_stop"].stopped and 2 <= step < 6  # at the next cancel check
+    assert (tmp_path / "run" / f"step{step}").is_dir() and not (tmp_path / "run" / "step6").exists()
