@@ -125,3 +125,7 @@ $(CORE_VENV)/.installed: pyproject.toml
 # tests/core/ in .venv-core (the main suite's pytest does not collect it: OLMo-core 0.1.0 there).
 test-core: install-core
 	$(CBIN)/python -m pytest -q --confcutdir tests/core tests/core
+
+# RePo vs RoPE on OLMo-core (MHA and GQA): step time and peak memory (`--size gpu-1b` on a GPU). See bench/RESULTS.md.
+bench-core: install-core
+	cd bench && ../$(CBIN)/python bench_core.py --size cpu --json last-core-cpu.json

@@ -115,13 +115,14 @@ def check_experiment(config: ExperimentConfig) -> None:
 @dataclass
 class MetricsFileCallback(Callback):
     """Rank 0 appends every logged step to `save_folder/metrics.jsonl` ({"step": N, name: value, ...}, full
-    precision). On a resume the records after the checkpoint's step are dropped first: each step appears
-    once, from the run that went on from it."""
+    precision; `work_dir/metrics.jsonl` when the save folder is remote, e.g. s3://). On a resume the records
+    after the checkpoint's step are dropped first: each step appears once, from the run that went on from it."""
 
     fname: str = "metrics.jsonl"
 
     def _path(self) -> Path:
-        return Path(self.trainer.save_folder) / self.fname
+        folder = self.trainer.save_folder
+        return Path(self.trainer.work_dir if is_url(folder) else folder) / self.fname
 
     def pre_train(self) -> None:
         if self.trainer.dp_process_group is not None and torch.distributed.get_rank() != 0:

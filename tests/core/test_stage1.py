@@ -17,7 +17,7 @@ from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.olmocore.stage1 import is_f_phi_key
 from olmo_repo.olmocore.train import build_trainer, check_experiment, start
 
-from .training import build_corpus, tiny_experiment
+from .training import build_corpus, metrics, tiny_experiment
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +153,31 @@ def test_sigusr1_stops_after_the_current_step_with_a_checkpoint(setup, tmp_path)
     step = trainer.global_step
     assert trainer.callbacks["signal_stop"].stopped and 2 <= step < 6  # at the next cancel check
     assert (tmp_path / "run" / f"step{step}").is_dir() and not (tmp_path / "run" / "step6").exists()
+
+
+def test_inloop_niah_scores_the_base_model_under_todays_metric_names(setup, tmp_path):
+    """The demo's base model retrieves the corpus's NIAH variants (niah_single_1: "seen") perfectly at 512
+    tokens: OLMo-core's evaluator over the ai2-olmo side's rows and metric says so, under its metric names."""
+    data, base = setup
+    config = tiny_experiment(
+        tmp_path / "run",
+        data,
+        f"--load_path={base}",
+        "--trainer.max_duration.value=1",
+        "--trainer.callbacks.niah.enabled=true",
+        "--trainer.callbacks.niah.prompts=4",
+        "--trainer.callbacks.niah.variants=[niah_single_1,niah_multikey_2]",
+    )
+    config.model = with_position_modes(config.model, "rope")
+    trainer = _trainer(config)
+    start(trainer, config)
+    trainer.fit()
+    logged = metrics(tmp_path / "run")[0]
+    assert {k for k in logged if k.startswith("eval/")} == {
+        "eval/niah_single_1/exact_match",
+        "eval/niah_single_1/logprob",
+        "eval/niah_multikey_2/exact_match",
+        "eval/niah_multikey_2/logprob",
+        "eval/niah_multikey_2/rank_acc",
+    }
+    assert logged["eval/niah_single_1/exact_match"] == 1.0 and logged["eval/niah_single_1/logprob"] > -0.5
