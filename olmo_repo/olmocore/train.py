@@ -191,11 +191,17 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
     return trainer
 
 
-def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = True) -> None:
-    """Resume from the latest checkpoint in the save folder, else initialise from `config.load_path`."""
-    if not trainer.maybe_load_checkpoint() and config.load_path:
+def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = True) -> bool:
+    """Resume from the latest checkpoint in the save folder, else initialise from `config.load_path`. Returns
+    False for a run that already reached its end (left alone: OLMo-core would save its last step again)."""
+    if trainer.maybe_load_checkpoint():
+        if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+            log.info(f"Nothing to do: the run already reached step {trainer.global_step}")
+            return False
+    elif config.load_path:
         log.info(f"Initialising from {config.load_path} (strict: base bit-exact, RePo weights new)")
         load_stage1(trainer, config.load_path, load_optim_state=load_optim_state)
+    return True
 
 
 def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bool = True) -> None:
@@ -207,7 +213,8 @@ def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bo
     prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
     try:
         trainer = build_trainer(config)
-        start(trainer, config, load_optim_state)
+        if not start(trainer, config, load_optim_state):
+            return
         trainer.fit()
         stop = trainer.callbacks["signal_stop"]
         unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps

@@ -181,3 +181,5 @@ def test_inloop_niah_scores_the_base_model_under_todays_metric_names(setup, tmp_
         "eval/niah_multikey_2/rank_acc",
     }
     assert logged["eval/niah_single_1/exact_match"] == 1.0 and logged["eval/niah_single_1/logprob"] > -0.5
+    again = _trainer(config)  # the same command once more: a finished run is left alone
+    assert not start(again, config) and again.global_step == 1

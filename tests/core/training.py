@@ -12,7 +12,7 @@ from olmo_repo.olmocore.train import load_build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "olmocore" / "tiny-stage2-repo.py"
-CORPUS = {"stage2": 48, "val": 8}  # windows of 512 tokens: 6 steps of 8
+CORPUS = {"stage2": 64, "val": 8}  # windows of 512 tokens: 8 steps of 8
 
 
 def build_corpus(out: Path) -> Path:
