@@ -20,7 +20,8 @@ documents need no position reset), grouped-query attention (one position per KV 
 group) and context parallelism (each rank predicts the positions of its own tokens: nothing to exchange) take
 rotated q and k as they take RoPE's. f_phi's weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
 count (`num_flops_per_token` counts 6 FLOPs per parameter of the module), its optimizer groups (weight decay)
-and FSDP see them like any projection; `init_weights` and `apply_tp` add them explicitly.
+and FSDP see them like any projection; `init_weights` and `apply_tp` (tensor parallelism: f_phi split like a
+feed-forward) add them explicitly.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from olmo_core.nn.rope import RoPEConfig, RoPEScalingConfig
 from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.nn.transformer.init import InitMethod, init_linear
 from torch import Tensor, nn
+from torch.distributed import DeviceMesh
+from torch.distributed.tensor import DTensor, Placement, Shard, distribute_tensor
 
 from ..modes import F_PHI_WEIGHTS, PositionMode, check_position_modes, layer_modes
 from ..rope import RepoLayer
@@ -143,9 +146,35 @@ class RepoAttention(Attention, RepoLayer):
 
     def _prepare_qkv(self, x: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = super()._prepare_qkv(x, **kwargs)  # [B, T, H(kv), hd], q/k normed, not rotated
-        if self.pe_mode == "repo":
-            q, k = self.reposition(x, q, k, tokens_first=True)
+        if self.pe_mode != "repo":
+            return q, k, v
+        positions = self.predict_positions(x)  # [B, H_kv, T]
+        if isinstance(
+            positions, DTensor
+        ):  # tensor parallel: f_phi's partial sums, reduced; this rank's heads
+            n_kv = k.shape[-2]
+            first = positions.device_mesh.get_local_rank() * n_kv
+            positions = positions.full_tensor()[..., first : first + n_kv, :]
+        q, k = self.apply_positions(q, k, positions, tokens_first=True)
         return q, k, v
+
+    def apply_tp(
+        self,
+        tp_mesh: DeviceMesh,
+        input_layout: Placement | None = None,
+        output_layout: Placement | None = None,
+        use_local_output: bool = True,
+        float8_enabled: bool = False,
+    ) -> None:
+        """OLMo-core's plan for q/k/v/out, and f_phi's like a feed-forward's: gate_map and content_map
+        column-wise (the d/8 hidden units split over the ranks), final_map row-wise (its partial sums reduced:
+        [B, T, n_kv_heads] floats per layer); each rank rotates the KV heads (and their query groups) it holds."""
+        super().apply_tp(tp_mesh, input_layout, output_layout, use_local_output, float8_enabled)
+        for name, placement in zip(F_PHI_WEIGHTS, (Shard(0), Shard(0), Shard(1)), strict=True):
+            if hasattr(self, name):
+                linear = getattr(self, name)
+                weight = distribute_tensor(linear.weight.data, tp_mesh, [placement])
+                linear.register_parameter("weight", nn.Parameter(weight, linear.weight.requires_grad))
 
     repo_rope: RoPEConfig | None
 
