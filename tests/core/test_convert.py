@@ -113,3 +113,14 @@ def test_bad_inputs_fail_in_one_line_and_write_nothing(tmp_path):
     with pytest.raises(RepoError, match=r"model.block.name=default: not the Olmo 2 shape"):
         core_to_hf(core_dir, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_olmo3_shape_is_refused_naming_the_key():
+    """Sliding windows (OLMo 3) have no `repo_olmo2` counterpart: the converter says which key, before any I/O."""
+    from olmo_core.nn.attention import SlidingWindowAttentionConfig
+
+    from olmo_repo.olmocore.convert import hf_config_from_core
+
+    window = SlidingWindowAttentionConfig(pattern=[8, 8, 8, -1], force_full_attention_on_first_layer=False)
+    with pytest.raises(ValueError, match=r"model.block.sequence_mixer.sliding_window=.*not the Olmo 2 shape"):
+        hf_config_from_core(olmo2_tiny("repo", 1, sliding_window=window), eos_token_id=0, pad_token_id=1)
