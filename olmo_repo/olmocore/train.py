@@ -2,7 +2,8 @@
 
 A config file (`configs/olmocore/*.py`) defines `build_config(opts, overrides) -> ExperimentConfig`, as
 OLMo-core's official scripts do (`src/scripts/official/...`), with OLMo-core's options (`--save-folder`,
-`--data-root`, `--work-dir`, `--name`, `--sequence-length`, `--dry-run`) and dotted overrides
+`--data-root`, `--work-dir`, `--name`, `--sequence-length`, `--dry-run`; parsed by `olmo_repo.cli.core_train`)
+and dotted overrides
 (`--train_module.optim.lr=1e-4`, `--load_path=...`). `run` then does what OLMo-core's `script_utils.main` does,
 with these differences:
 
@@ -40,7 +41,7 @@ from olmo_core.data import NumpyDatasetConfig
 from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
-from olmo_core.script_utils import ExperimentConfig, get_cli_parser
+from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import Trainer, prepare_training_environment, teardown_training_environment
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
@@ -56,8 +57,7 @@ __all__ = [
     "build_trainer",
     "check_experiment",
     "load_build_config",
-    "main_options",
-    "parser",
+    "work_dir",
     "run",
     "start",
 ]
@@ -65,15 +65,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BuildConfig = Callable[[argparse.Namespace, list[str]], ExperimentConfig]
-
-
-def parser(prog: str) -> argparse.ArgumentParser:
-    """OLMo-core's training options (`olmo_core.script_utils.get_cli_parser`) after the config file."""
-    p = get_cli_parser()
-    p.prog, p.usage = prog, f"{prog} CONFIG.py [OPTIONS...] [CONFIG_OVERRIDES...]"
-    p.description = "Train with OLMo-core's Trainer from a config file of configs/olmocore/."
-    p.add_argument("config", help="a config file defining build_config(opts, overrides) -> ExperimentConfig")
-    return p
 
 
 def load_build_config(path: str | Path) -> BuildConfig:
@@ -224,12 +215,9 @@ def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bo
         teardown_training_environment()
 
 
-def main_options(argv: list[str] | None, prog: str) -> tuple[argparse.Namespace, list[str], BuildConfig]:
-    """Parse OLMo-core's options and load the config file (as OLMo-core's `_parse_args` does for work_dir)."""
-    opts, overrides = parser(prog).parse_known_args(argv)
-    if opts.work_dir is None:
-        opts.work_dir = "/tmp/olmo-core/dataset-cache" if is_url(opts.save_folder) else opts.save_folder
-    return opts, overrides, load_build_config(opts.config)
+def work_dir(save_folder: str) -> str:
+    """OLMo-core's default working directory: the save folder, or a local cache for a remote one."""
+    return "/tmp/olmo-core/dataset-cache" if is_url(save_folder) else save_folder
 
 
 def build(build_config: BuildConfig, opts: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
