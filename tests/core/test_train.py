@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
@@ -18,7 +19,7 @@ from olmo_repo.demo import BASE_DIR
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.olmocore.stage1 import is_f_phi_key
 
-from .training import ROOT, TINY, build_corpus, metrics, stage1_checkpoint
+from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint
 
 pytestmark = pytest.mark.slow  # three two-process training runs
 
@@ -31,6 +32,7 @@ def _command(save_folder: Path, data: Path, stage1: Path) -> list[str]:
         str(torchrun), "--nproc-per-node=2", "--standalone", str(ROOT / "scripts" / "core_train.py"), str(TINY),
         f"--save-folder={save_folder}", f"--data-root={data}", f"--load_path={stage1}",
         f"--trainer.max_duration.value={STEPS}", "--trainer.callbacks.checkpointer.save_interval=2",
+        "--trainer.callbacks.checkpointer.max_checkpoints=10",  # step 0 is compared with the stage-1 start
         "--trainer.callbacks.niah.enabled=false",  # in-loop NIAH: test_stage1.py
     ]  # fmt: skip
 
@@ -48,7 +50,7 @@ def _run(command: list[str], log: Path) -> None:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
-    data = build_corpus(root / "data")
+    data = random_corpus(root / "data")
     base = hf_to_core(BASE_DIR, root / "base")
     return data, stage1_checkpoint(root / "stage1", data, base)
 
@@ -85,7 +87,10 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
         deadline = time.monotonic() + 900
         while not (killed / "step2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGKILL)
+        # torchrun starts each worker in a session of its own: kill every process of the tree, as SLURM or an
+        # out-of-memory kill of the job would.
+        for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+            process.send_signal(signal.SIGKILL)
         proc.wait()
     latest = max(int(p.name[4:]) for p in killed.glob("step*") if p.name[4:].isdigit())
     assert 2 <= latest < STEPS, log.read_text()[-3000:]  # killed mid-run, after a checkpoint

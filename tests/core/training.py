@@ -26,6 +26,22 @@ def build_corpus(out: Path) -> Path:
     return out
 
 
+def random_corpus(out: Path) -> Path:
+    """`stage2.npy` of uniformly random token ids (as many windows as CORPUS's) and the base model's tokenizer:
+    data for runs that need no NIAH documents, without building the demo's corpus."""
+    import shutil
+
+    import numpy as np
+
+    from olmo_repo.demo import BASE_DIR
+
+    out.mkdir(parents=True)
+    ids = np.random.default_rng(0).integers(2, 4096, size=CORPUS["stage2"] * 512, dtype=np.uint32)
+    ids.tofile(out / "stage2.npy")
+    shutil.copyfile(BASE_DIR / "tokenizer.json", out / "tokenizer.json")
+    return out
+
+
 def tiny_options(save_folder: Path, data_root: Path) -> argparse.Namespace:
     return argparse.Namespace(
         config=str(TINY),
