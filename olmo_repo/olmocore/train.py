@@ -14,6 +14,7 @@ with these differences:
 - Stage-1 initialisation (`load_path`, when `save_folder` has no checkpoint) is strict
   (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
   continued for the base.
+- `train/positions/layer{i}/{min,max,std}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
 - `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again).
 - SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
   (`scripts/slurm/train-core-*.sbatch`). OLMo-core itself stops the same way on SIGTERM and SIGINT.
@@ -45,13 +46,18 @@ from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import Trainer, prepare_training_environment, teardown_training_environment
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
+from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from ..errors import RepoError
+from ..modes import POSITIONS_METRIC
+from ..rope import observe_positions
 from .attention import RepoAttentionConfig
 from .stage1 import check_stage1, load_stage1
 
 __all__ = [
     "MetricsFileCallback",
+    "PositionsCallback",
     "SignalStopCallback",
     "build",
     "build_trainer",
@@ -132,6 +138,31 @@ class MetricsFileCallback(Callback):
 
 
 @dataclass
+class PositionsCallback(Callback):
+    """`train/positions/layer{i}/{min,max,std}` (`olmo_repo.modes.POSITIONS_METRIC`): the spread of the positions
+    each RePo layer predicts, on the first micro-batch of each step (rank 0's), as the ai2-olmo side logs them."""
+
+    def pre_step(self, batch: dict[str, Any]) -> None:
+        self._stats: dict[str, float] = {}
+        self._observing = observe_positions(self.trainer.train_module.model, self._record)
+        self._observing.__enter__()
+
+    def _record(self, layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
+        key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
+        if key("std") in self._stats:  # later micro-batches, activation-checkpoint recomputes
+            return
+        z = (z.full_tensor() if isinstance(z, DTensor) else z).detach().float()
+        self._stats.update(
+            {key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()}
+        )
+
+    def pre_optim_step(self) -> None:
+        self._observing.__exit__(None, None, None)
+        for name, value in self._stats.items():
+            self.trainer.record_metric(name, value)
+
+
+@dataclass
 class SignalStopCallback(Callback):
     """SIGUSR1 (SLURM's `--signal` before the time limit, `scancel --signal=USR1`) stops the run after the
     current step: OLMo-core's `cancel_run` (every rank stops at the same step) and its checkpointer's final save.
@@ -172,7 +203,12 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
     dataset = config.dataset.build()
     data_loader = config.data_loader.build(dataset, dp_process_group=train_module.dp_process_group)
     trainer_config = config.trainer
-    for name, callback in (("metrics_file", MetricsFileCallback()), ("signal_stop", SignalStopCallback())):
+    added = (
+        ("metrics_file", MetricsFileCallback()),
+        ("signal_stop", SignalStopCallback()),
+        ("positions", PositionsCallback()),
+    )
+    for name, callback in added:
         if name not in trainer_config.callbacks:
             trainer_config = trainer_config.with_callback(name, callback)
     trainer = trainer_config.build(train_module, data_loader)

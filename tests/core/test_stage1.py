@@ -130,6 +130,19 @@ def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(setup, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_positions_are_logged_per_repo_layer(setup, tmp_path):
+    data, base = setup
+    config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}", "--trainer.max_duration.value=2")
+    trainer = _trainer(config)
+    start(trainer, config)
+    trainer.fit()
+    logged = metrics(tmp_path / "run")
+    for step in (1, 2):
+        names = {k for k in logged[step] if k.startswith("train/positions/")}
+        assert names == {f"train/positions/layer{i}/{s}" for i in (1, 2, 3) for s in ("min", "max", "std")}
+        assert logged[step]["train/positions/layer1/min"] <= logged[step]["train/positions/layer1/max"]
+
+
 def test_sigusr1_stops_after_the_current_step_with_a_checkpoint(setup, tmp_path):
     """What SLURM's `--signal=USR1@...` does to a run: it stops after the step it is in, with a checkpoint."""
     import os
