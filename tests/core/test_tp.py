@@ -45,4 +45,5 @@ def _compare(kv_heads: int | None) -> None:
 
 @pytest.mark.parametrize("kv_heads", [None, 2])
 def test_tensor_parallel_repo_equals_the_unsplit_model(kv_heads):
-    run_distributed_test(_compare, world_size=2, backend="gloo", func_args=(kv_heads,))
+    # spawn, not fork: earlier tests of this process leave threads (gloo, OLMo-core's bookkeeping) a fork inherits
+    run_distributed_test(_compare, world_size=2, backend="gloo", start_method="spawn", func_args=(kv_heads,))
