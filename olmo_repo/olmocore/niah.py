@@ -27,7 +27,8 @@ from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.train.callbacks import CallbackConfig, EvaluatorCallback
 from torch import Tensor
 
-from ..eval.inloop_rows import PROMPTS, SEED, NiahMetric, RankBatches, niah_rows
+from ..eval.inloop_rows import PROMPTS, NiahMetric, RankBatches, niah_rows
+from ..eval.variants import RULER_SEED
 
 if TYPE_CHECKING:
     from olmo_core.train import Trainer
@@ -89,7 +90,7 @@ class NiahCallbackConfig(CallbackConfig):
     """Prompt length in tokens; None: the train module's max_sequence_length."""
     prompts: int = PROMPTS
     """Prompts per variant."""
-    seed: int = SEED
+    seed: int = RULER_SEED
     """RULER's seed, as scripts/eval.py."""
     batch_size: int | None = None
     """Rows per forward on a rank; None: the train module's rank_microbatch_size // length."""
