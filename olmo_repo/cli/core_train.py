@@ -1,0 +1,63 @@
+"""`scripts/core_train.py`: train with OLMo-core's Trainer from a config of configs/olmocore/ (.venv-core).
+
+The options are OLMo-core's own (`olmo_core.script_utils.get_cli_parser`: the official scripts take them), parsed
+here before anything heavy is imported; every other argument is a dotted override, `--key=value`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from ..errors import RepoError
+from . import fail
+
+__all__ = ["main"]
+
+_OVERRIDE = re.compile(r"--?[A-Za-z_][\w.\-]*=.*")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="core_train.py",
+        usage="core_train.py CONFIG.py --save-folder DIR [OPTIONS...] [--key=value ...]",
+        description="Train with OLMo-core's Trainer (run it with .venv-core/bin/): a config file of configs/olmocore/ "
+        "defining build_config(opts, overrides) -> ExperimentConfig, OLMo-core's options, and dotted overrides of "
+        "the ExperimentConfig (--train_module.optim.lr=1e-4, --load_path=DIR, ...).",
+    )
+    p.add_argument("config", help="the config file (configs/olmocore/*.py)")
+    p.add_argument(
+        "--save-folder", required=True, help="checkpoint folder (local, or s3://...); reruns resume it"
+    )
+    p.add_argument("--data-root", default="https://olmo-data.org", help="root of the data files")
+    p.add_argument(
+        "--work-dir", default=None, help="dataset cache and working files (default: the save folder)"
+    )
+    p.add_argument("--name", default=None, help="the run's name for logging (W&B)")
+    p.add_argument(
+        "--sequence-length", type=int, default=None, help="training length (default: the config's)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="check and print the config, then exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    opts, overrides = parser.parse_known_args(argv)
+    if bad := [a for a in overrides if not _OVERRIDE.fullmatch(a)]:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are --key=value)")
+    try:
+        from olmo_core.exceptions import OLMoConfigurationError
+        from olmo_core.script_utils import ExperimentConfig  # noqa: F401  (OLMo-core 3 only)
+    except ImportError:
+        return fail(
+            "core_train.py", "needs OLMo-core 3: run it with .venv-core/bin/python (make install-core)"
+        )
+    from ..olmocore.train import build, load_build_config, run, work_dir
+
+    opts.work_dir = opts.work_dir or work_dir(opts.save_folder)
+    try:
+        run(build(load_build_config(opts.config), opts, overrides), opts)
+    except (RepoError, OLMoConfigurationError, OSError) as e:
+        return fail("core_train.py", e)
+    return 0

@@ -1,0 +1,257 @@
+"""RePo, NoPE or RoPE per layer as an OLMo-core attention variant: `RepoAttentionConfig`, registered in OLMo-core's
+`SequenceMixerConfig` registry as "repo", the way OLMo-core registers its own ("attention", "gated_delta_net").
+
+`RepoAttentionConfig` is OLMo-core's `AttentionConfig` plus the three keys every backend of this project reads,
+`pe_mode`, `pe_start_layer` and `pe_layer_ids` (`olmo_repo.modes`). Its `build` gets the layer index, so one
+block config serves every layer of a `TransformerConfig` (its presets `olmo2_1B_v2`, `olmo3_7B`, `olmo3_32B`,
+...: `with_position_modes` swaps it in):
+
+- a `rope` layer is OLMo-core's own `Attention`, built by `AttentionConfig.build` (state and numerics stock);
+- a `nope` or `repo` layer is that same module (sliding window, backend, q/k norms, dtype, as OLMo-core chose
+  them) given the class `RepoAttention`: its RoPE module is dropped, and in `repo` layers the RePo core
+  (`olmo_repo.rope.RepoLayer`) adds f_phi (`gate_map`, `content_map`, `final_map`: direct children, so
+  checkpoints name them `blocks.{i}.attention.gate_map.weight`) and rotates q and k by the positions it
+  predicts from the attention's input x. OLMo-2/3 blocks are `reordered_norm`: x is the residual stream, the
+  tensor w_q/w_k/w_v see.
+
+The rotation happens in `_prepare_qkv`, before attention, so OLMo-core's backends (torch SDPA, flash 2/3),
+sliding windows, document masking (`cu_doc_lens`: a token's positions come from its own hidden state, so
+documents need no position reset), grouped-query attention (one position per KV head, shared by its query
+group) and context parallelism (each rank predicts the positions of its own tokens: nothing to exchange) take
+rotated q and k as they take RoPE's. f_phi's weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
+count (`num_flops_per_token` counts 6 FLOPs per parameter of the module), its optimizer groups (weight decay)
+and FSDP see them like any projection; `init_weights` and `apply_tp` (tensor parallelism: f_phi split like a
+feed-forward) add them explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from olmo_core.exceptions import OLMoConfigurationError
+from olmo_core.nn.attention import Attention, AttentionConfig, AttentionType
+from olmo_core.nn.attention.base import SequenceMixerConfig
+from olmo_core.nn.buffer_cache import BufferCache
+from olmo_core.nn.rope import RoPEConfig, RoPEScalingConfig
+from olmo_core.nn.transformer import TransformerConfig
+from olmo_core.nn.transformer.init import InitMethod, init_linear
+from torch import Tensor, nn
+from torch.distributed import DeviceMesh
+from torch.distributed.tensor import DTensor, Placement, Shard, distribute_tensor
+
+from ..modes import F_PHI_WEIGHTS, PositionMode, check_position_modes, layer_modes
+from ..rope import RepoLayer
+
+__all__ = ["RepoAttention", "RepoAttentionConfig", "attention_config", "with_position_modes"]
+
+# OLMo-core's names for the sizes that the position-mode checks name.
+_KEYS = {"n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads"}
+
+
+@SequenceMixerConfig.register("repo")
+@dataclass
+class RepoAttentionConfig(AttentionConfig):
+    """OLMo-core's `AttentionConfig` with a position mode per layer (`olmo_repo.modes`)."""
+
+    pe_mode: str = "rope"
+    """rope (OLMo-core's RoPE as configured), nope (no rotation) or repo (positions from f_phi)."""
+    pe_start_layer: int = 0
+    """First layer that takes `pe_mode`, 0-indexed."""
+    pe_layer_ids: list[int] | None = None
+    """If set, only these layers (also >= pe_start_layer) take `pe_mode`."""
+
+    def stock(self) -> AttentionConfig:
+        """The same attention without the position-mode keys: what a `rope` layer is built from."""
+        names = [f.name for f in dataclasses.fields(AttentionConfig)]
+        return AttentionConfig(**{name: getattr(self, name) for name in names})
+
+    def layer_modes(self, n_layers: int) -> list[PositionMode]:
+        return layer_modes(self, n_layers=n_layers)
+
+    def check(self, n_layers: int, prefix: str = "model.block.sequence_mixer.") -> None:
+        """One `OLMoConfigurationError` naming the key (with `prefix`) for a selection or head count that this
+        attention cannot serve."""
+        try:
+            check_position_modes(
+                self.pe_mode,
+                self.pe_start_layer,
+                self.pe_layer_ids,
+                n_layers=n_layers,
+                n_heads=self.n_heads,
+                n_kv_heads=self.n_kv_heads or self.n_heads,
+                keys=_KEYS,
+                prefix=prefix,
+            )
+        except ValueError as e:
+            raise OLMoConfigurationError(str(e)) from None
+        if self.pe_mode == "rope":
+            return
+        if self.name != AttentionType.default:
+            raise OLMoConfigurationError(
+                f"{prefix}name={self.name}: pe_mode={self.pe_mode} needs the default attention (separate "
+                "w_q/w_k/w_v); set name: default"
+            )
+        if self.pe_mode == "repo" and self.rope is None:
+            raise OLMoConfigurationError(
+                f"{prefix}rope is unset: pe_mode=repo rotates by RoPE's frequencies (rope.theta); set rope"
+            )
+        if self.rope is not None and self.rope.partial_rotary_factor != 1.0:
+            raise OLMoConfigurationError(
+                f"{prefix}rope.partial_rotary_factor={self.rope.partial_rotary_factor}: pe_mode="
+                f"{self.pe_mode} rotates whole heads; set it to 1.0"
+            )
+
+    def build(
+        self,
+        d_model: int,
+        *,
+        layer_idx: int,
+        n_layers: int,
+        init_device: str = "cpu",
+        cache: BufferCache | None = None,
+    ) -> Attention:
+        self.check(n_layers)
+        mode = self.layer_modes(n_layers)[layer_idx]
+        stock = self.stock()
+        if mode == "rope":
+            return stock.build(
+                d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
+            )
+        # OLMo-core builds the module (window, backend, norms); it becomes a RePo/NoPE attention without RoPE.
+        att = dataclasses.replace(stock, rope=None).build(
+            d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
+        )
+        assert type(att) is Attention, type(att)
+        att.__class__ = RepoAttention
+        att.repo_rope = self.rope  # its theta and scaling (YaRN, PI, ...) give the rotation's frequencies
+        att.init_repo(
+            mode,
+            layer_id=layer_idx,
+            d_model=d_model,
+            n_kv_heads=att.n_kv_heads,
+            head_dim=att.head_dim,
+            rope_theta=None if self.rope is None else float(self.rope.theta),
+            device=init_device,
+            dtype=self.dtype.as_pt(),
+        )
+        return att
+
+
+class RepoAttention(Attention, RepoLayer):
+    """OLMo-core's `Attention` of a `nope` or `repo` layer: no RoPE module; in `repo` layers q and k are rotated
+    by the positions f_phi predicts from the attention's input."""
+
+    def _prepare_qkv(self, x: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = super()._prepare_qkv(x, **kwargs)  # [B, T, H(kv), hd], q/k normed, not rotated
+        if self.pe_mode != "repo":
+            return q, k, v
+        positions = self.predict_positions(x)  # [B, H_kv, T]
+        if isinstance(
+            positions, DTensor
+        ):  # tensor parallel: f_phi's partial sums, reduced; this rank's heads
+            n_kv = k.shape[-2]
+            first = positions.device_mesh.get_local_rank() * n_kv
+            positions = positions.full_tensor()[..., first : first + n_kv, :]
+        q, k = self.apply_positions(q, k, positions, tokens_first=True)
+        return q, k, v
+
+    def apply_tp(
+        self,
+        tp_mesh: DeviceMesh,
+        input_layout: Placement | None = None,
+        output_layout: Placement | None = None,
+        use_local_output: bool = True,
+        float8_enabled: bool = False,
+    ) -> None:
+        """OLMo-core's plan for q/k/v/out, and f_phi's like a feed-forward's: gate_map and content_map
+        column-wise (the d/8 hidden units split over the ranks), final_map row-wise (its partial sums reduced:
+        [B, T, n_kv_heads] floats per layer); each rank rotates the KV heads (and their query groups) it holds."""
+        super().apply_tp(tp_mesh, input_layout, output_layout, use_local_output, float8_enabled)
+        for name, placement in zip(F_PHI_WEIGHTS, (Shard(0), Shard(0), Shard(1)), strict=True):
+            if hasattr(self, name):
+                linear = getattr(self, name)
+                weight = distribute_tensor(linear.weight.data, tp_mesh, [placement])
+                linear.register_parameter("weight", nn.Parameter(weight, linear.weight.requires_grad))
+
+    repo_rope: RoPEConfig | None
+
+    def rope_frequencies(self, device: torch.device) -> tuple[Tensor, float]:
+        """OLMo-core's inverse frequencies [head_dim / 2] and attention factor for this layer's RoPE config:
+        stock, or scaled (YaRN, position interpolation, ...) exactly as its RoPE layers compute them."""
+        rope = self.repo_rope
+        if rope is None or rope.scaling is None:
+            return super().rope_frequencies(device)
+        return _scaled_frequencies(rope.scaling, rope.theta, self.head_dim, device)
+
+    def f_phi_maps(self) -> list[nn.Linear]:
+        """gate_map, content_map, final_map ([] in a `nope` layer)."""
+        return [getattr(self, name) for name in F_PHI_WEIGHTS if hasattr(self, name)]
+
+    def init_weights(
+        self,
+        *,
+        init_method: InitMethod,
+        d_model: int,
+        block_idx: int,
+        num_blocks: int,
+        std: float = 0.02,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        """OLMo-core's init, then f_phi's like OLMo's: normal with `init_std`, truncated at 3 std."""
+        super().init_weights(
+            init_method=init_method,
+            d_model=d_model,
+            block_idx=block_idx,
+            num_blocks=num_blocks,
+            std=std,
+            generator=generator,
+        )
+        for linear in self.f_phi_maps():
+            init_linear(linear, std=std, generator=generator)
+
+
+_FREQUENCIES: dict[tuple[str, int, int, torch.device], tuple[Tensor, float]] = {}
+
+
+def _scaled_frequencies(
+    scaling: RoPEScalingConfig, theta: int, head_dim: int, device: torch.device
+) -> tuple[Tensor, float]:
+    """Cached by value (configs are unhashable): every RePo layer asks on every forward."""
+    key = (repr(scaling), theta, head_dim, device)
+    if key not in _FREQUENCIES:
+        with torch.inference_mode(False), torch.autocast(device.type, enabled=False):
+            inv_freq, factor = scaling.compute_scaled_inv_freq(theta=theta, dim=head_dim, device=device)
+        _FREQUENCIES[key] = inv_freq.float(), float(factor)
+    return _FREQUENCIES[key]
+
+
+def attention_config(
+    attention: AttentionConfig, pe_mode: str, pe_start_layer: int = 0, pe_layer_ids: list[int] | None = None
+) -> RepoAttentionConfig:
+    """`attention` (an `AttentionConfig`, e.g. a preset's `block.sequence_mixer`) with a position mode."""
+    fields = {f.name: getattr(attention, f.name) for f in dataclasses.fields(AttentionConfig)}
+    return RepoAttentionConfig(
+        **fields, pe_mode=pe_mode, pe_start_layer=pe_start_layer, pe_layer_ids=pe_layer_ids
+    )
+
+
+def with_position_modes(
+    config: TransformerConfig, pe_mode: str, pe_start_layer: int = 0, pe_layer_ids: list[int] | None = None
+) -> TransformerConfig:
+    """A copy of an OLMo-core `TransformerConfig` (a preset) whose attention, in its block and in every block
+    override, takes `pe_mode` in the selected layers. Raises `OLMoConfigurationError` naming the key."""
+    config = config.copy()
+    blocks = config.block.values() if isinstance(config.block, dict) else [config.block]
+    blocks = [*blocks, *(config.block_overrides or {}).values()]
+    for block in blocks:
+        if not isinstance(block.sequence_mixer, AttentionConfig):
+            raise OLMoConfigurationError(
+                f"model.block.sequence_mixer is a {type(block.sequence_mixer).__name__}: position modes need "
+                "attention"
+            )
+        block.sequence_mixer = attention_config(block.sequence_mixer, pe_mode, pe_start_layer, pe_layer_ids)
+        block.sequence_mixer.check(config.n_layers)
+    return config

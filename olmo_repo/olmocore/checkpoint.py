@@ -1,0 +1,84 @@
+"""OLMo-core checkpoints: what OLMo-core's Trainer writes, and model-only ones for conversion and stage-1 init.
+
+A step directory of a run (`save_folder/stepN/`) holds `model_and_optim/` (torch.distributed.checkpoint shards
+with `.metadata`), `train/rank{i}.pt` and `config.json` (the run's `ExperimentConfig` as OLMo-core's
+`ConfigSaverCallback` writes it; its `model` builds the model, `_CLASS_` names `RepoAttentionConfig`). A
+model-only checkpoint (written by `save_model`, e.g. from an HF model) has `model_and_optim/` with the model
+alone and a `config.json` with `model` and `dataset.tokenizer`: OLMo-core's `Trainer.load_checkpoint` and this
+project's stage-1 initialisation read it like a run's step.
+
+Reading needs no process group: torch.distributed.checkpoint loads in one process, whatever the world size the
+checkpoint was written with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from olmo_core.distributed.checkpoint import load_model_and_optim_state, save_model_and_optim_state
+from olmo_core.nn.transformer import Transformer, TransformerConfig
+
+from ..errors import RepoError
+from . import attention  # noqa: F401  (registers RepoAttentionConfig before any config is decoded)
+
+__all__ = ["CONFIG", "MODEL_AND_OPTIM", "is_checkpoint", "load_model", "read_config", "save_model"]
+
+CONFIG = "config.json"
+MODEL_AND_OPTIM = "model_and_optim"
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is an OLMo-core checkpoint (a step directory or a model-only one)."""
+    return (Path(path) / MODEL_AND_OPTIM / ".metadata").is_file()
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The `config.json` of an OLMo-core checkpoint; `RepoError` naming the file when it is missing or not an
+    OLMo-core checkpoint of this project."""
+    path = Path(path)
+    if not is_checkpoint(path):
+        hint = ""
+        if (path / "model.pt").is_file() or (path / "config.yaml").is_file():
+            hint = " (it is an ai2-olmo checkpoint: use scripts/convert_to_hf.py and the .venv commands)"
+        elif (path / "config.json").is_file():
+            hint = " (it is a Hugging Face directory: scripts/core_convert_from_hf.py converts it)"
+        raise RepoError(f"{path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata{hint}")
+    file = path / CONFIG
+    if not file.is_file():
+        raise RepoError(
+            f"{file} is missing: the checkpoint's model config is read from it (ConfigSaverCallback)"
+        )
+    try:
+        config = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise RepoError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(config, dict) or "model" not in config:
+        raise RepoError(f"{file} has no `model` section")
+    return config
+
+
+def model_config(path: str | Path) -> TransformerConfig:
+    """The `TransformerConfig` of an OLMo-core checkpoint."""
+    return TransformerConfig.from_dict(read_config(path)["model"])
+
+
+def load_model(path: str | Path, config: TransformerConfig | None = None) -> Transformer:
+    """The model of an OLMo-core checkpoint on the CPU, every weight loaded strictly (dtype as configured)."""
+    config = config or model_config(path)
+    model = config.build(init_device="cpu")
+    load_model_and_optim_state(Path(path) / MODEL_AND_OPTIM, model, strict=True)
+    return model
+
+
+def save_model(model: Transformer, config: dict[str, Any], out: Path) -> None:
+    """Write a model-only OLMo-core checkpoint of `model` into the (new, empty) directory `out`."""
+    save_model_and_optim_state(out / MODEL_AND_OPTIM, model)
+    (out / CONFIG).write_text(json.dumps(config, indent=2))
+
+
+def state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's weights by OLMo-core name (a tied output layer once, under both names)."""
+    return {k: v.detach() for k, v in model.state_dict().items()}

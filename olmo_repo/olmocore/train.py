@@ -1,0 +1,264 @@
+"""Training with OLMo-core's own `TransformerTrainModule` and `Trainer`, from a config file in OLMo-core's style.
+
+A config file (`configs/olmocore/*.py`) defines `build_config(opts, overrides) -> ExperimentConfig`, as
+OLMo-core's official scripts do (`src/scripts/official/...`), with OLMo-core's options (`--save-folder`,
+`--data-root`, `--work-dir`, `--name`, `--sequence-length`, `--dry-run`; parsed by `olmo_repo.cli.core_train`)
+and dotted overrides
+(`--train_module.optim.lr=1e-4`, `--load_path=...`). `run` then does what OLMo-core's `script_utils.main` does,
+with these differences:
+
+- Checks first, before anything is written or a process group starts: the position modes of every block
+  (one line naming the key), the local data files, the stage-1 checkpoint's keys against the model's.
+- The process group: gloo without CUDA (OLMo-core's `main` runs no process group on CPU), `cpu:gloo,cuda:nccl`
+  with it, so `torchrun --nproc-per-node=2` trains on CPU with the config's FSDP as OLMo-core applies it.
+- Stage-1 initialisation (`load_path`, when `save_folder` has no checkpoint) is strict
+  (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
+  continued for the base.
+- `train/positions/layer{i}/{min,max,std}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
+- `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again).
+- SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
+  (`scripts/slurm/train-core-*.sbatch`). OLMo-core itself stops the same way on SIGTERM and SIGINT.
+
+A run resumes from the latest checkpoint in `save_folder` (OLMo-core's `maybe_load_checkpoint`) when rerun with
+the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from olmo_core.data import NumpyDatasetConfig
+from olmo_core.distributed.utils import get_rank
+from olmo_core.exceptions import OLMoConfigurationError
+from olmo_core.io import is_url
+from olmo_core.script_utils import ExperimentConfig
+from olmo_core.train import Trainer, prepare_training_environment, teardown_training_environment
+from olmo_core.train.callbacks import Callback, ConfigSaverCallback
+from olmo_core.utils import seed_all
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+from ..errors import RepoError
+from ..modes import POSITIONS_METRIC
+from ..rope import observe_positions
+from .attention import RepoAttentionConfig
+from .stage1 import check_stage1, load_stage1
+
+__all__ = [
+    "MetricsFileCallback",
+    "PositionsCallback",
+    "SignalStopCallback",
+    "build",
+    "build_trainer",
+    "check_experiment",
+    "load_build_config",
+    "work_dir",
+    "run",
+    "start",
+]
+
+log = logging.getLogger(__name__)
+
+BuildConfig = Callable[[argparse.Namespace, list[str]], ExperimentConfig]
+
+
+def load_build_config(path: str | Path) -> BuildConfig:
+    """The `build_config` of a config file; `RepoError` naming the file otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise RepoError(f"{path}: no such config file (see configs/olmocore/)")
+    spec = importlib.util.spec_from_file_location(f"olmo_repo_config_{path.stem.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(build := getattr(module, "build_config", None)):
+        raise RepoError(f"{path} defines no build_config(opts, overrides) -> ExperimentConfig")
+    return build
+
+
+def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
+    paths = list(getattr(dataset, "paths", None) or [])
+    mix = getattr(dataset, "mix", None)
+    return [] if mix is not None else [str(p) for p in paths]
+
+
+def check_experiment(config: ExperimentConfig) -> None:
+    """What can be checked before a process group starts; `RepoError`/`OLMoConfigurationError` naming the key
+    or file."""
+    model = config.model
+    for block in model.resolved_block_configs:
+        if isinstance(block.sequence_mixer, RepoAttentionConfig):
+            block.sequence_mixer.check(model.n_layers)
+    for path in _data_paths(config.dataset):
+        if not is_url(path) and not Path(path).is_file():
+            raise RepoError(
+                f"dataset.paths: {path} does not exist (pass --data-root, or build the data first)"
+            )
+    if config.load_path and not is_url(config.load_path):
+        check_stage1(config.load_path, model)
+
+
+@dataclass
+class MetricsFileCallback(Callback):
+    """Rank 0 appends every logged step to `save_folder/metrics.jsonl` ({"step": N, name: value, ...}, full
+    precision; `work_dir/metrics.jsonl` when the save folder is remote, e.g. s3://). On a resume the records
+    after the checkpoint's step are dropped first: each step appears once, from the run that went on from it."""
+
+    fname: str = "metrics.jsonl"
+
+    def _path(self) -> Path:
+        folder = self.trainer.save_folder
+        return Path(self.trainer.work_dir if is_url(folder) else folder) / self.fname
+
+    def pre_train(self) -> None:
+        if self.trainer.dp_process_group is not None and torch.distributed.get_rank() != 0:
+            return
+        path = self._path()
+        if path.is_file():
+            keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.step]
+            path.write_text("".join(f"{line}\n" for line in keep))
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with self._path().open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+@dataclass
+class PositionsCallback(Callback):
+    """`train/positions/layer{i}/{min,max,std}` (`olmo_repo.modes.POSITIONS_METRIC`): the spread of the positions
+    each RePo layer predicts, on the first micro-batch of each step (rank 0's), as the ai2-olmo side logs them."""
+
+    def pre_step(self, batch: dict[str, Any]) -> None:
+        self._stats: dict[str, float] = {}
+        self._observing = observe_positions(self.trainer.train_module.model, self._record)
+        self._observing.__enter__()
+
+    def _record(self, layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
+        key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
+        if key("std") in self._stats:  # later micro-batches, activation-checkpoint recomputes
+            return
+        z = (z.full_tensor() if isinstance(z, DTensor) else z).detach().float()
+        self._stats.update(
+            {key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()}
+        )
+
+    def pre_optim_step(self) -> None:
+        self._observing.__exit__(None, None, None)
+        for name, value in self._stats.items():
+            self.trainer.record_metric(name, value)
+
+
+@dataclass
+class SignalStopCallback(Callback):
+    """SIGUSR1 (SLURM's `--signal` before the time limit, `scancel --signal=USR1`) stops the run after the
+    current step: OLMo-core's `cancel_run` (every rank stops at the same step) and its checkpointer's final save.
+    `run` then requeues the SLURM job from rank 0."""
+
+    stopped: bool = False
+
+    def pre_train(self) -> None:
+        signal.signal(signal.SIGUSR1, self._stop)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopped = True
+        self.trainer.cancel_run("SIGUSR1 received")
+
+
+def _requeue() -> None:
+    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job is None:
+        log.info("Stopped on SIGUSR1: rerun the same command to resume")
+        return
+    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode != 0:
+        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
+
+
+def _backend() -> str:
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+
+
+def build_trainer(config: ExperimentConfig) -> Trainer:
+    """Model, train module, data loader and trainer of `config`, in an initialised process group (as
+    OLMo-core's `script_utils.main` builds them), with `MetricsFileCallback` and the config for the savers."""
+    seed_all(config.init_seed)
+    model = config.model.build(init_device="meta")
+    train_module = config.train_module.build(model)
+    dataset = config.dataset.build()
+    data_loader = config.data_loader.build(dataset, dp_process_group=train_module.dp_process_group)
+    trainer_config = config.trainer
+    added = (
+        ("metrics_file", MetricsFileCallback()),
+        ("signal_stop", SignalStopCallback()),
+        ("positions", PositionsCallback()),
+    )
+    for name, callback in added:
+        if name not in trainer_config.callbacks:
+            trainer_config = trainer_config.with_callback(name, callback)
+    trainer = trainer_config.build(train_module, data_loader)
+    for callback in trainer.callbacks.values():
+        if isinstance(callback, ConfigSaverCallback):
+            callback.config = config.as_config_dict()
+    return trainer
+
+
+def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = True) -> bool:
+    """Resume from the latest checkpoint in the save folder, else initialise from `config.load_path`. Returns
+    False for a run that already reached its end (left alone: OLMo-core would save its last step again)."""
+    if trainer.maybe_load_checkpoint():
+        if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+            log.info(f"Nothing to do: the run already reached step {trainer.global_step}")
+            return False
+    elif config.load_path:
+        log.info(f"Initialising from {config.load_path} (strict: base bit-exact, RePo weights new)")
+        load_stage1(trainer, config.load_path, load_optim_state=load_optim_state)
+    return True
+
+
+def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bool = True) -> None:
+    """Check `config` (`check_experiment`), then train it on this rank of a new process group."""
+    check_experiment(config)
+    if opts.dry_run:
+        print(config)
+        return
+    prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
+    try:
+        trainer = build_trainer(config)
+        if not start(trainer, config, load_optim_state):
+            return
+        trainer.fit()
+        stop = trainer.callbacks["signal_stop"]
+        unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
+        if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
+            _requeue()
+    finally:
+        teardown_training_environment()
+
+
+def work_dir(save_folder: str) -> str:
+    """OLMo-core's default working directory: the save folder, or a local cache for a remote one."""
+    return "/tmp/olmo-core/dataset-cache" if is_url(save_folder) else save_folder
+
+
+def build(build_config: BuildConfig, opts: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
+    """`build_config(opts, overrides)`; a bad override is one `RepoError` naming the config file."""
+    try:
+        return build_config(opts, overrides)
+    except (OLMoConfigurationError, ValueError, KeyError) as e:
+        raise RepoError(f"{opts.config}: {e}") from None

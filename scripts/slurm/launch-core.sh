@@ -1,0 +1,38 @@
+#!/bin/bash
+# The body of the OLMo-core sbatch scripts (train-core-*.sbatch): one torchrun per node of the job, joined by a
+# rendezvous on the job's first node, running scripts/core_train.py in .venv-core. From the repository root,
+# inside a job:
+#   scripts/slurm/launch-core.sh NPROC_PER_NODE CONFIG.py [OPTIONS...] [--key=value ...]
+# SAVE_FOLDER, DATA_ROOT and LOAD_PATH, when set, become --save-folder, --data-root and --load_path (arguments
+# win over them).
+#
+# SIGUSR1 (sbatch --signal=USR1@SECONDS, or `scancel --signal=USR1 JOBID`) reaches every process of the job:
+# torchrun ignores it, the training stops after the current step with a checkpoint and rank 0 requeues the
+# job (olmo_repo.olmocore.train.SignalStopCallback). A kill requeues a --requeue job too. Either way the
+# requeued job runs this again and resumes from the latest checkpoint in the save folder.
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 NPROC_PER_NODE CONFIG.py [OPTIONS...]" >&2; exit 2; }
+[ -f scripts/core_train.py ] || { echo "$0: run from the repository root (submit with sbatch from there)" >&2; exit 2; }
+[ -x .venv-core/bin/torchrun ] || { echo "$0: .venv-core is missing: run make install-core first" >&2; exit 2; }
+[ -n "${SLURM_JOB_ID:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ] && [ -n "${SLURM_NNODES:-}" ] || {
+  echo "$0: runs inside a SLURM job (needs SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_NNODES): submit it with" \
+    "sbatch scripts/slurm/train-core-*.sbatch; to train without SLURM run scripts/core_train.py CONFIG.py" >&2
+  exit 2
+}
+nproc=$1 config=$2
+shift 2
+[ -z "${LOAD_PATH:-}" ] || set -- "--load_path=$LOAD_PATH" "$@"
+[ -z "${DATA_ROOT:-}" ] || set -- "--data-root=$DATA_ROOT" "$@"
+[ -z "${SAVE_FOLDER:-}" ] || set -- "--save-folder=$SAVE_FOLDER" "$@"
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
+echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST:" \
+  "$config $*"
+
+# srun does not pass sbatch's --cpus-per-task on to the step (SLURM >= 22.05): say it again.
+srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+  bash -c 'trap "" USR1 && exec "$@"' torchrun .venv-core/bin/torchrun \
+  --nnodes="$SLURM_NNODES" --nproc_per_node="$nproc" \
+  --rdzv_backend=c10d --rdzv_endpoint="$head_node:$port" --rdzv_id="$SLURM_JOB_ID" \
+  scripts/core_train.py "$config" "$@"

@@ -1,0 +1,65 @@
+"""Bad input to the OLMo-core commands: one line naming the key or file and what to do; nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from olmo_repo.cli import core_convert_from_hf, core_convert_to_hf, core_train
+from olmo_repo.demo import BASE_DIR
+
+from .training import TINY
+
+
+@pytest.fixture
+def olmo_checkpoint(tmp_path):
+    """What an ai2-olmo (unsharded) checkpoint looks like from outside."""
+    path = tmp_path / "olmo-ckpt"
+    path.mkdir()
+    (path / "config.yaml").write_text("model: {}\n")
+    (path / "model.pt").write_bytes(b"")
+    return path
+
+
+def _one_line(capsys, prog: str, says: str) -> None:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"{prog}: error: ") and says in err, err
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["--model.block.sequence_mixer.pe_start_layer=9"],
+            "model.block.sequence_mixer.pe_start_layer=9 is out of range",
+        ),
+        (["--model.block.sequence_mixer.n_kv_heads=3"], "model.block.sequence_mixer.n_kv_heads=3"),
+        ([], "does not exist (pass --data-root"),
+        (["--load_path={olmo}"], "ai2-olmo checkpoint"),
+    ],
+)
+def test_core_train_refuses_before_anything_is_written(tmp_path, capsys, olmo_checkpoint, args, says):
+    data = tmp_path / "data"
+    if "does not exist" not in says:
+        data.mkdir()
+        (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    save = tmp_path / "run"
+    argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}"]
+    assert core_train.main(argv + [a.format(olmo=olmo_checkpoint) for a in args]) == 1
+    _one_line(capsys, "core_train.py", says)
+    assert not save.exists()
+
+
+def test_core_train_names_a_missing_config_file(tmp_path, capsys):
+    assert core_train.main([str(tmp_path / "nope.py"), f"--save-folder={tmp_path / 'run'}"]) == 1
+    _one_line(capsys, "core_train.py", "no such config file")
+
+
+def test_converters_refuse_the_other_trainers_checkpoint(tmp_path, capsys, olmo_checkpoint):
+    out = tmp_path / "out"
+    assert core_convert_to_hf.main(["--input", str(olmo_checkpoint), "--output", str(out)]) == 1
+    _one_line(capsys, "core_convert_to_hf.py", "ai2-olmo checkpoint")
+    assert core_convert_to_hf.main(["--input", str(BASE_DIR), "--output", str(out)]) == 1
+    _one_line(capsys, "core_convert_to_hf.py", "core_convert_from_hf.py converts it")
+    assert core_convert_from_hf.main(["--input", str(olmo_checkpoint), "--output", str(out)]) == 1
+    _one_line(capsys, "core_convert_from_hf.py", "olmo-ckpt")
+    assert not out.exists()
