@@ -19,7 +19,6 @@ target and renamed at the end (`olmo_repo.output.staged_dir`): a failure leaves 
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -32,11 +31,7 @@ from olmo.aliases import PathOrStr
 from olmo.util import resource_path
 from olmo_data import get_data_path, is_data_file
 from omegaconf import OmegaConf as om
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
-from torch import Tensor
-from tqdm import tqdm
-from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
 from ..config import RepoModelConfig, RepoTrainConfig
 from ..integrity import require_intact
@@ -44,50 +39,16 @@ from ..output import check_distinct, check_replaceable, staged_dir
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
 from . import DTYPES
-from .configuration_repo_olmo2 import RepoOlmo2Config
+from .files import check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
 from .formats import read_hf_config
 from .mapping import (
-    check_state_dict,
     hf_config_from_olmo,
     hf_state_dict_from_olmo,
     olmo_config_from_hf,
     olmo_state_dict_from_hf,
 )
-from .modeling_repo_olmo2 import RepoOlmo2ForCausalLM
 
 __all__ = ["as_hf_dir", "convert_from_hf", "convert_to_hf"]
-
-HF_DIR = Path(__file__).resolve().parent
-# Remote code of a converted checkpoint: the modeling files, `olmo_repo/rope.py` and `olmo_repo/modes.py`.
-REMOTE_CODE = {
-    "configuration_repo_olmo2.py": HF_DIR / "configuration_repo_olmo2.py",
-    "modeling_repo_olmo2.py": HF_DIR / "modeling_repo_olmo2.py",
-    "rope.py": HF_DIR.parent / "rope.py",
-    "modes.py": HF_DIR.parent / "modes.py",
-}
-# Non-persistent RoPE buffers that old transformers versions (the reference's) saved with the weights.
-_HF_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
-AUTO_MAP = {
-    "AutoConfig": "configuration_repo_olmo2.RepoOlmo2Config",
-    "AutoModel": "modeling_repo_olmo2.RepoOlmo2Model",
-    "AutoModelForCausalLM": "modeling_repo_olmo2.RepoOlmo2ForCausalLM",
-}
-
-
-def _read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
-    files = sorted(hf_dir.glob("*.safetensors")) or sorted(hf_dir.glob("pytorch_model*.bin"))
-    if not files:
-        raise FileNotFoundError(f"{hf_dir} has no *.safetensors or pytorch_model*.bin weights")
-    state_dict: dict[str, Tensor] = {}
-    for file in tqdm(files, desc="reading HF weights", unit="file"):
-        require_intact(file)
-        shard = (
-            load_file(file)
-            if file.suffix == ".safetensors"
-            else torch.load(file, map_location="cpu", weights_only=True)
-        )
-        state_dict.update({k: v for k, v in shard.items() if not _HF_IGNORED.fullmatch(k)})
-    return state_dict
 
 
 def _load_tokenizer(identifier: str) -> Tokenizer:
@@ -104,41 +65,6 @@ def _load_tokenizer(identifier: str) -> Tokenizer:
             f"tokenizer {identifier!r} is neither a tokenizer.json file, a file of olmo_data (e.g. "
             f"tokenizers/allenai_dolma2.json) nor a Hub repository that can be reached: {e}"
         ) from e
-
-
-def _save_tokenizer(base: Tokenizer, config: Olmo2Config, out: Path) -> None:
-    """Save `base` as a transformers tokenizer with the model's eos/pad tokens."""
-    token = lambda i: base.id_to_token(i) if i is not None and i < base.get_vocab_size() else None  # noqa: E731
-    eos, pad = token(config.eos_token_id), token(config.pad_token_id)
-    PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, pad_token=pad or eos).save_pretrained(out)
-
-
-def _save_hf(
-    config: Olmo2Config, state_dict: dict[str, Tensor], out: Path, dtype: torch.dtype | None
-) -> None:
-    """Build the HF model on the meta device, load the weights strictly (checks names and shapes) and save."""
-    if dtype is not None:
-        state_dict = {k: v.to(dtype) for k, v in state_dict.items()}
-    model_cls = RepoOlmo2ForCausalLM if isinstance(config, RepoOlmo2Config) else Olmo2ForCausalLM
-    with torch.device("meta"):
-        model = model_cls(config)
-    expected = {
-        k: v
-        for k, v in model.state_dict().items()
-        if not (config.tie_word_embeddings and k == "lm_head.weight")
-    }
-    check_state_dict(state_dict, expected, "HF model")
-    model.load_state_dict(state_dict, strict=False, assign=True)
-    model.tie_weights()
-    config.dtype = next(iter(state_dict.values())).dtype
-    if isinstance(config, RepoOlmo2Config):
-        config.auto_map = dict(AUTO_MAP)
-        for name, source in REMOTE_CODE.items():
-            shutil.copyfile(source, out / name)
-    model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id
-    )
-    model.save_pretrained(out)  # config.json, safetensors (sharded when large), generation_config.json
 
 
 # ------------------------------------------------------------------------------------------- conversions
@@ -185,8 +111,8 @@ def convert_to_hf(
     check_state_dict(state_dict, olmo.state_dict(), "OLMo checkpoint")
     hf_state_dict = hf_state_dict_from_olmo(state_dict, hf_config)
     with staged_dir(output, force) as staging:
-        _save_hf(hf_config, hf_state_dict, staging, torch_dtype)
-        _save_tokenizer(base_tokenizer, hf_config, staging)
+        save_hf(hf_config, hf_state_dict, staging, torch_dtype)
+        save_tokenizer(base_tokenizer, hf_config, staging)
     return Path(output)
 
 
@@ -196,11 +122,11 @@ def _reference_to_hf(
     """A reference-format (or any Olmo2) HF dir -> this project's format; same weight names."""
     config = read_hf_config(input)
     base_tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
-    state_dict = _read_hf_state_dict(input)
+    state_dict = read_hf_state_dict(input)
     with staged_dir(output, force) as staging:
-        _save_hf(config, state_dict, staging, dtype)
+        save_hf(config, state_dict, staging, dtype)
         if base_tokenizer is not None:
-            _save_tokenizer(base_tokenizer, config, staging)
+            save_tokenizer(base_tokenizer, config, staging)
         else:
             for file in input.iterdir():
                 if file.name.startswith(("tokenizer", "special_tokens_map", "vocab", "merges")):
@@ -223,7 +149,7 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
     if (input / "tokenizer.json").is_file():
         vocab_size = _load_tokenizer(str(input / "tokenizer.json")).get_vocab_size()
     model_config = olmo_config_from_hf(hf_config, vocab_size)
-    state_dict = olmo_state_dict_from_hf(_read_hf_state_dict(input), hf_config.num_hidden_layers)
+    state_dict = olmo_state_dict_from_hf(read_hf_state_dict(input), hf_config.num_hidden_layers)
     if hf_config.tie_word_embeddings:
         state_dict.pop("transformer.ff_out.weight", None)
     model_config.init_device = "meta"

@@ -1,8 +1,8 @@
 """The exact maps between this project's OLMo models and Hugging Face Olmo2: configs and weights.
 
 No arithmetic: `att_proj` rows are (q, k, v); `ff_proj` halves are (up, gate); `attn_norm`/`ff_norm` are
-HF's post-attention/post-feedforward norms. `check_state_dict` compares every key and shape with the model a
-config builds, so a wrong mapping fails loudly.
+HF's post-attention/post-feedforward norms. `olmo_repo.hf.files.check_state_dict` compares every key and shape
+with the model a config builds, so a wrong mapping fails loudly.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
 from .configuration_repo_olmo2 import RepoOlmo2Config
 
 __all__ = [
-    "check_state_dict",
     "hf_config_from_olmo",
     "hf_state_dict_from_olmo",
     "olmo_config_from_hf",
@@ -212,18 +211,3 @@ def olmo_state_dict_from_hf(state_dict: dict[str, Tensor], n_layers: int) -> dic
                 raise KeyError(f"layer {i}: {olmo_name} needs {', '.join(hf_names)}")
             out[f"transformer.blocks.{i}.{olmo_name}"] = torch.cat(parts, dim=0)
     return out
-
-
-def check_state_dict(state_dict: dict[str, Tensor], expected: dict[str, Tensor], what: str) -> None:
-    """Keys and shapes of `state_dict` must be exactly those of `expected` (a meta-device model's)."""
-    missing, unexpected = (
-        sorted(expected.keys() - state_dict.keys()),
-        sorted(state_dict.keys() - expected.keys()),
-    )
-    if missing or unexpected:
-        raise KeyError(f"{what}: missing weights {missing[:8]}, unexpected weights {unexpected[:8]}")
-    for key, tensor in state_dict.items():
-        if tensor.shape != expected[key].shape:
-            raise ValueError(
-                f"{what}: {key} has shape {tuple(tensor.shape)}, the config needs {tuple(expected[key].shape)}"
-            )

@@ -125,7 +125,7 @@ class RepoAttentionConfig(AttentionConfig):
             d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
         )
         assert type(att) is Attention, type(att)
-        att.__class__ = RepoAttention
+        att.__class__ = RepoAttention  # OLMo-core 3.0.0 internals: olmo_repo.upstream.olmo_core (canaries)
         att.repo_rope = self.rope  # its theta and scaling (YaRN, PI, ...) give the rotation's frequencies
         att.init_repo(
             mode,
@@ -145,6 +145,7 @@ class RepoAttention(Attention, RepoLayer):
     by the positions f_phi predicts from the attention's input."""
 
     def _prepare_qkv(self, x: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
+        # The private step OLMo-core rotates in (3.0.0; canary: olmo_repo.upstream.olmo_core).
         q, k, v = super()._prepare_qkv(x, **kwargs)  # [B, T, H(kv), hd], q/k normed, not rotated
         if self.pe_mode != "repo":
             return q, k, v

@@ -17,36 +17,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
 from olmo_core.config import DType
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
-from torch import Tensor
-from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from ..errors import RepoError
-from ..hf import DTYPES, RepoOlmo2Config, RepoOlmo2ForCausalLM, read_hf_config
-from ..integrity import require_intact
+from ..hf import DTYPES, read_hf_config
+from ..hf.files import read_hf_state_dict, save_hf, save_tokenizer
 from ..output import check_distinct, check_replaceable, staged_dir
 from . import checkpoint
 from .convert import core_config_from_hf, core_state_from_hf, hf_config_from_core, hf_state_from_core
 
-__all__ = ["AUTO_MAP", "REMOTE_CODE", "core_to_hf", "hf_to_core"]
-
-_PACKAGE = Path(__file__).resolve().parents[1]
-# The remote code of a converted RePo checkpoint, as olmo_repo.hf.convert writes it (its modeling files with
-# olmo_repo/rope.py and olmo_repo/modes.py beside them).
-REMOTE_CODE = {
-    "configuration_repo_olmo2.py": _PACKAGE / "hf" / "configuration_repo_olmo2.py",
-    "modeling_repo_olmo2.py": _PACKAGE / "hf" / "modeling_repo_olmo2.py",
-    "rope.py": _PACKAGE / "rope.py",
-    "modes.py": _PACKAGE / "modes.py",
-}
-AUTO_MAP = {
-    "AutoConfig": "configuration_repo_olmo2.RepoOlmo2Config",
-    "AutoModel": "modeling_repo_olmo2.RepoOlmo2Model",
-    "AutoModelForCausalLM": "modeling_repo_olmo2.RepoOlmo2ForCausalLM",
-}
+__all__ = ["core_to_hf", "hf_to_core"]
 
 
 def _tokenizer(identifier: str) -> Tokenizer:
@@ -63,36 +45,6 @@ def _tokenizer(identifier: str) -> Tokenizer:
             f"tokenizer {identifier!r} is neither a tokenizer.json, a directory with one, nor a Hub id that can be "
             f"reached ({type(e).__name__}); pass --tokenizer"
         ) from None
-
-
-def _save_hf(config: Olmo2Config, state: dict[str, Tensor], tokenizer: Tokenizer, out: Path) -> None:
-    """Build the HF model on the meta device, load the weights strictly (names and shapes) and save it."""
-    cls = RepoOlmo2ForCausalLM if isinstance(config, RepoOlmo2Config) else Olmo2ForCausalLM
-    with torch.device("meta"):
-        model = cls(config)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
-    if config.tie_word_embeddings:
-        expected.pop("lm_head.weight")
-    got = {k: v.shape for k, v in state.items()}
-    if got != expected:
-        wrong = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
-        raise RepoError(f"the converted weights do not fit the HF model: {', '.join(wrong[:8])}")
-    model.load_state_dict(state, strict=False, assign=True)
-    model.tie_weights()
-    config.dtype = next(iter(state.values())).dtype
-    if isinstance(config, RepoOlmo2Config):
-        config.auto_map = dict(AUTO_MAP)
-        for name, source in REMOTE_CODE.items():
-            shutil.copyfile(source, out / name)
-    model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id
-    )
-    model.save_pretrained(out)
-    token = lambda i: tokenizer.id_to_token(i) if i is not None else None  # noqa: E731
-    eos, pad = token(config.eos_token_id), token(config.pad_token_id)
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos, pad_token=pad or eos).save_pretrained(
-        out
-    )
 
 
 def core_to_hf(
@@ -135,19 +87,9 @@ def core_to_hf(
     if dtype is not None:
         state = {k: v.to(DTYPES[dtype]) for k, v in state.items()}
     with staged_dir(output, force) as staging:
-        _save_hf(hf_config, state, base, staging)
+        save_hf(hf_config, state, staging, None)
+        save_tokenizer(base, hf_config, staging)
     return Path(output)
-
-
-def _read_hf_weights(hf_dir: Path) -> dict[str, Tensor]:
-    files = sorted(hf_dir.glob("*.safetensors"))
-    if not files:
-        raise RepoError(f"{hf_dir} has no *.safetensors weights")
-    state: dict[str, Tensor] = {}
-    for file in files:
-        require_intact(file)
-        state.update(load_file(file))
-    return state
 
 
 def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) -> Path:
@@ -157,7 +99,7 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
     check_distinct(input, output)
     check_replaceable(output, force)
     hf_config = read_hf_config(input)
-    state = _read_hf_weights(input)
+    state = read_hf_state_dict(input)
     dtype = next(iter(state.values())).dtype
     try:
         model_config = core_config_from_hf(hf_config, DType.from_pt(dtype))

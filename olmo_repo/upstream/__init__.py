@@ -13,6 +13,8 @@ signature), instead of letting the project fall back silently:
     lm_eval.py       lm-eval 0.4.13: RULER's generator and scorer, the task YAML loader, its log level
     nltk.py          nltk 3.10: the offline Punkt data RULER needs
     vllm.py          vllm 0.32 (its own environment, .venv-vllm): the Olmo2 layers the RePo model reuses
+    olmo_core.py     ai2-olmo-core 3.0 (its own environment, .venv-core): the attention internals the RePo
+                     attention of the OLMo-core side overrides and extends
 
 Each module is imported by the code that needs it; none patches anything at import. The two registrations
 that do happen at import are stated where they happen: `olmo_repo.registry.install()` (OLMo's block

@@ -19,7 +19,7 @@ from olmo_repo.modes import F_PHI_WEIGHTS, layer_modes
 from olmo_repo.olmocore.attention import RepoAttention, RepoAttentionConfig, with_position_modes
 from olmo_repo.rope import record_positions
 
-from .tiny import assert_within, needs_gqa, olmo2_tiny
+from .tiny import assert_within, olmo2_tiny
 
 
 def _model(config: TransformerConfig, seed: int = 0, spread: float = 0.0) -> torch.nn.Module:
@@ -81,7 +81,6 @@ def test_presets_get_position_modes():
     assert sum(isinstance(b.attention, RepoAttention) for b in repo7.blocks.values()) == 22
 
 
-@needs_gqa
 def test_olmo3_32b_gets_one_position_per_kv_head():
     config32 = TransformerConfig.olmo3_32B(vocab_size=100352)
     att = config32.block.sequence_mixer
@@ -162,8 +161,8 @@ def _reference(att: Attention, x: torch.Tensor, mode: str, window: int | None = 
         ("repo", None, None),
         ("nope", None, None),
         ("repo", None, 6),
-        pytest.param("repo", 2, None, marks=needs_gqa),
-        pytest.param("repo", 1, 6, marks=needs_gqa),
+        ("repo", 2, None),
+        ("repo", 1, 6),
     ],
 )
 def test_attention_matches_float64_truth(mode, kv_heads, window):

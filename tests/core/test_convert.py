@@ -18,7 +18,7 @@ from olmo_repo.olmocore.convert import core_config_from_hf
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
 from olmo_repo.rope import record_positions
 
-from .tiny import assert_within, needs_gqa, olmo2_tiny
+from .tiny import assert_within, olmo2_tiny
 
 TOKENIZER = {
     "identifier": str(BASE_DIR / "tokenizer.json"),
@@ -49,7 +49,7 @@ def _save_core(tmp_path, config, spread: float = 3000.0):
     return model.eval(), out
 
 
-@pytest.mark.parametrize("kv_heads", [None, pytest.param(2, marks=needs_gqa)])
+@pytest.mark.parametrize("kv_heads", [None, 2])
 def test_repo_model_converts_to_repo_olmo2_with_the_same_logits_and_positions(tmp_path, kv_heads):
     """OLMo-core RePo model -> `repo_olmo2` (remote code included): logits and positions of HF equal OLMo-core's
     in fp32 within the rounding bound; back to OLMo-core bit-exact."""

@@ -23,3 +23,13 @@ def test_project_imports_without_ai2_olmo():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_olmo_core_internals_the_repo_attention_relies_on_are_the_pinned_ones():
+    """An OLMo-core upgrade changes these: re-read olmo_repo/upstream/olmo_core.py and
+    olmo_repo/olmocore/attention.py against the new code, then re-pin."""
+    from olmo_repo.upstream import olmo_core as upstream
+    from olmo_repo.upstream import source_hash
+
+    assert version("ai2-olmo-core") == upstream.VERSION
+    assert {name: source_hash(name) for name in upstream.CANARIES} == upstream.CANARIES

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
 from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
-from olmo_repo.hf.convert import AUTO_MAP, REMOTE_CODE
+from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE
 from olmo_repo.hf.formats import from_reference
 from olmo_repo.modes import layer_modes
 

@@ -1,0 +1,104 @@
+"""Hugging Face directories as this project reads and writes them, for every converter (ai2-olmo's in
+`olmo_repo.hf.convert`, OLMo-core's in `olmo_repo.olmocore.hf`): weights read strictly, a model saved with its
+tokenizer, generation config and, for RePo/NoPE models, the remote code. torch and transformers only.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from torch import Tensor
+from tqdm import tqdm
+from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+
+from ..integrity import require_intact
+from .configuration_repo_olmo2 import RepoOlmo2Config
+from .modeling_repo_olmo2 import RepoOlmo2ForCausalLM
+
+__all__ = ["AUTO_MAP", "REMOTE_CODE", "check_state_dict", "read_hf_state_dict", "save_hf", "save_tokenizer"]
+
+HF_DIR = Path(__file__).resolve().parent
+# Remote code of a converted checkpoint: the modeling files, `olmo_repo/rope.py` and `olmo_repo/modes.py`.
+REMOTE_CODE = {
+    "configuration_repo_olmo2.py": HF_DIR / "configuration_repo_olmo2.py",
+    "modeling_repo_olmo2.py": HF_DIR / "modeling_repo_olmo2.py",
+    "rope.py": HF_DIR.parent / "rope.py",
+    "modes.py": HF_DIR.parent / "modes.py",
+}
+# Non-persistent RoPE buffers that old transformers versions (the reference's) saved with the weights.
+_HF_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+AUTO_MAP = {
+    "AutoConfig": "configuration_repo_olmo2.RepoOlmo2Config",
+    "AutoModel": "modeling_repo_olmo2.RepoOlmo2Model",
+    "AutoModelForCausalLM": "modeling_repo_olmo2.RepoOlmo2ForCausalLM",
+}
+
+
+def read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
+    """Every weight of an HF directory (safetensors, or pytorch_model*.bin), each file checked intact first."""
+    files = sorted(hf_dir.glob("*.safetensors")) or sorted(hf_dir.glob("pytorch_model*.bin"))
+    if not files:
+        raise FileNotFoundError(f"{hf_dir} has no *.safetensors or pytorch_model*.bin weights")
+    state_dict: dict[str, Tensor] = {}
+    for file in tqdm(files, desc="reading HF weights", unit="file"):
+        require_intact(file)
+        shard = (
+            load_file(file)
+            if file.suffix == ".safetensors"
+            else torch.load(file, map_location="cpu", weights_only=True)
+        )
+        state_dict.update({k: v for k, v in shard.items() if not _HF_IGNORED.fullmatch(k)})
+    return state_dict
+
+
+def save_tokenizer(base: Tokenizer, config: Olmo2Config, out: Path) -> None:
+    """Save `base` as a transformers tokenizer with the model's eos/pad tokens."""
+    token = lambda i: base.id_to_token(i) if i is not None and i < base.get_vocab_size() else None  # noqa: E731
+    eos, pad = token(config.eos_token_id), token(config.pad_token_id)
+    PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, pad_token=pad or eos).save_pretrained(out)
+
+
+def save_hf(config: Olmo2Config, state_dict: dict[str, Tensor], out: Path, dtype: torch.dtype | None) -> None:
+    """Build the HF model on the meta device, load the weights strictly (checks names and shapes) and save."""
+    if dtype is not None:
+        state_dict = {k: v.to(dtype) for k, v in state_dict.items()}
+    model_cls = RepoOlmo2ForCausalLM if isinstance(config, RepoOlmo2Config) else Olmo2ForCausalLM
+    with torch.device("meta"):
+        model = model_cls(config)
+    expected = {
+        k: v
+        for k, v in model.state_dict().items()
+        if not (config.tie_word_embeddings and k == "lm_head.weight")
+    }
+    check_state_dict(state_dict, expected, "HF model")
+    model.load_state_dict(state_dict, strict=False, assign=True)
+    model.tie_weights()
+    config.dtype = next(iter(state_dict.values())).dtype
+    if isinstance(config, RepoOlmo2Config):
+        config.auto_map = dict(AUTO_MAP)
+        for name, source in REMOTE_CODE.items():
+            shutil.copyfile(source, out / name)
+    model.generation_config = GenerationConfig(
+        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id
+    )
+    model.save_pretrained(out)  # config.json, safetensors (sharded when large), generation_config.json
+
+
+def check_state_dict(state_dict: dict[str, Tensor], expected: dict[str, Tensor], what: str) -> None:
+    """Keys and shapes of `state_dict` must be exactly those of `expected` (a meta-device model's)."""
+    missing, unexpected = (
+        sorted(expected.keys() - state_dict.keys()),
+        sorted(state_dict.keys() - expected.keys()),
+    )
+    if missing or unexpected:
+        raise KeyError(f"{what}: missing weights {missing[:8]}, unexpected weights {unexpected[:8]}")
+    for key, tensor in state_dict.items():
+        if tensor.shape != expected[key].shape:
+            raise ValueError(
+                f"{what}: {key} has shape {tuple(tensor.shape)}, the config needs {tuple(expected[key].shape)}"
+            )
