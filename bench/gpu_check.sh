@@ -73,3 +73,10 @@ if python3 -c 'import vllm' 2>/dev/null; then
 else
   echo "vLLM 1B case not run: this image has no vllm (install vllm==0.32.0 first)" | tee "$OUT/bench-vllm.log"
 fi
+# OLMo-core at the 1B shape, RoPE vs RePo, MHA and GQA (bench/bench_core.py): only where the image has
+# ai2-olmo-core 3 in a Python of its own (ai2-olmo above pins olmo-core 0.1.0), named by CORE_PYTHON.
+if [[ -n "${CORE_PYTHON:-}" ]] && "$CORE_PYTHON" -c 'import olmo_core.nn.attention' 2>/dev/null; then
+  PYTHONPATH="$PWD" "$CORE_PYTHON" bench/bench_core.py --size gpu-1b 2>&1 | tee "$OUT/bench-core.log"
+else
+  echo "OLMo-core 1B case not run: set CORE_PYTHON to a python with ai2-olmo-core==3.0.0" | tee "$OUT/bench-core.log"
+fi

@@ -15,7 +15,25 @@ from pathlib import Path
 
 from .errors import CorruptFileError
 
-__all__ = ["checkpoint_problems", "file_problem", "require_intact", "require_model_dir"]
+__all__ = [
+    "OLMO_CORE_CHECKPOINT",
+    "checkpoint_problems",
+    "file_problem",
+    "olmo_core_checkpoint_problem",
+    "require_intact",
+    "require_model_dir",
+]
+
+OLMO_CORE_CHECKPOINT = "model_and_optim"
+"""The folder of an OLMo-core checkpoint (torch.distributed.checkpoint shards), beside its config.json."""
+
+
+def olmo_core_checkpoint_problem(path: str | PathLike, convert: str) -> str | None:
+    """What to do, if `path` is an OLMo-core checkpoint where this trainer's (or an HF directory) is needed:
+    `convert` names the command that converts it."""
+    if "://" not in str(path) and (Path(path) / OLMO_CORE_CHECKPOINT).is_dir():
+        return f"{path} is an OLMo-core checkpoint ({OLMO_CORE_CHECKPOINT}/): convert it first with {convert}"
+    return None
 
 
 def file_problem(path: str | PathLike) -> str | None:
@@ -59,6 +77,9 @@ def checkpoint_problems(directory: str | PathLike, required: tuple[str, ...] = (
     return [f"{f}: {problem}" for f in sorted(files) if (problem := file_problem(f)) is not None]
 
 
+_TO_HF = "scripts/core_convert_to_hf.py --input CHECKPOINT --output DIR (an HF directory every command takes)"
+
+
 def require_model_dir(path: str | PathLike) -> None:
     """Check a model the commands load (an HF directory: every *.safetensors; an unsharded OLMo checkpoint:
     model.pt) before torch loads: FileNotFoundError if it is not there or not a model directory,
@@ -68,6 +89,8 @@ def require_model_dir(path: str | PathLike) -> None:
     directory = Path(path)
     if not directory.exists():
         raise FileNotFoundError(f"{path}: not a model directory: it does not exist")
+    if problem := olmo_core_checkpoint_problem(path, _TO_HF):
+        raise FileNotFoundError(problem)
     if (directory / "config.json").is_file():
         files = sorted(directory.glob("*.safetensors"))
     elif (directory / "config.yaml").is_file() and (directory / "model.pt").is_file():

@@ -279,3 +279,43 @@ def test_launch_outside_a_slurm_job_says_what_it_needs():
     )  # fmt: skip
     assert result.returncode == 2 and result.stdout == "", result.stdout
     assert result.stderr.count("\n") == 1 and "SLURM_JOB_ID" in result.stderr and "sbatch" in result.stderr
+
+
+def _olmo_core_checkpoint(path: Path) -> Path:
+    """What an OLMo-core run's step folder looks like from outside: its config.json and model_and_optim/."""
+    (path / "model_and_optim").mkdir(parents=True)
+    (path / "model_and_optim" / ".metadata").write_bytes(b"\x80")
+    (path / "config.json").write_text(json.dumps({"model": {"d_model": 64}, "train_module": {}}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("eval", ["{ckpt}", "--tasks", "niah_single_1", "--lengths", "4096", "--out", "{tmp}/out"]),
+        ("explore", ["{ckpt}", "--export", "{prompt}", "{tmp}/page.html"]),
+        ("convert_from_hf", ["--input", "{ckpt}", "--output", "{tmp}/out"]),
+        ("convert_to_hf", ["--input", "{ckpt}", "--output", "{tmp}/out"]),
+    ],
+)
+def test_an_olmo_core_checkpoint_given_to_a_command_of_this_trainer_says_how_to_convert_it(
+    tmp_path, script, args
+):
+    """An OLMo-core checkpoint where an HF directory or an ai2-olmo checkpoint is expected: one line naming it and
+    the command that converts it; nothing written."""
+    ckpt = _olmo_core_checkpoint(tmp_path / "run" / "step100")
+    (tmp_path / "prompt.txt").write_text("a prompt")
+    argv = [a.format(ckpt=ckpt, tmp=tmp_path, prompt=tmp_path / "prompt.txt") for a in args]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / f"{script}.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{script}.py: error: {ckpt} is an OLMo-core checkpoint"
+    ), lines
+    assert "scripts/core_convert_to_hf.py" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompt.txt", "run"]

@@ -52,6 +52,17 @@ def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
         preflight(_config(tmp_path, *extra), cuda=False, world_size=1)
 
 
+def test_preflight_refuses_an_olmo_core_checkpoint_as_load_path(tmp_path):
+    """A checkpoint of the other trainer: the commands that convert it, named before anything runs."""
+    (tmp_path / "step5" / "model_and_optim").mkdir(parents=True)
+    (tmp_path / "step5" / "config.json").write_text("{}")
+    with pytest.raises(
+        OLMoConfigurationError,
+        match=r"load_path: .*step5 is an OLMo-core checkpoint.*core_convert_to_hf\.py, then scripts/convert_from_hf\.py",
+    ):
+        preflight(_config(tmp_path, f"load_path={tmp_path / 'step5'}"), cuda=False, world_size=1)
+
+
 def test_preflight_unwritable_save_folder(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(OLMoConfigurationError, match=r"save_folder=.*file/run is not writable"):

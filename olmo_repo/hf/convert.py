@@ -34,7 +34,7 @@ from omegaconf import OmegaConf as om
 from tokenizers import Tokenizer
 
 from ..config import RepoModelConfig, RepoTrainConfig
-from ..integrity import require_intact
+from ..integrity import olmo_core_checkpoint_problem, require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
@@ -187,6 +187,8 @@ def as_hf_dir(path: PathOrStr, *, tokenizer: str | None = None) -> Iterator[Path
     """
     if "://" not in str(path):
         local = Path(path)
+        if problem := olmo_core_checkpoint_problem(local, "scripts/core_convert_to_hf.py"):
+            raise FileNotFoundError(problem)
         if (local / "config.json").is_file():
             yield local
             return

@@ -28,6 +28,7 @@ import torch
 from transformers import Olmo2Config
 from transformers.utils import cached_file
 
+from ..integrity import olmo_core_checkpoint_problem
 from ..modes import (
     F_PHI_HIDDEN_RATIO,
     F_PHI_WEIGHTS,
@@ -170,6 +171,8 @@ def read_hf_config(hf_dir: str | os.PathLike) -> Olmo2Config:
     """The config of an HF directory: `repo_olmo2` (this project), stock `olmo2`, or `olmo2` with the
     reference's `pe_config` (-> `RepoOlmo2Config`, checked against the layers that carry RePo weights;
     `Olmo2Config` if it selects no RePo/NoPE layer)."""
+    if problem := olmo_core_checkpoint_problem(hf_dir, "scripts/core_convert_to_hf.py"):
+        raise ValueError(problem)
     with open(os.path.join(hf_dir, "config.json")) as f:
         raw = json.load(f)
     model_type = raw.get("model_type")

@@ -33,7 +33,7 @@ from torch.distributed.fsdp import (
     ShardingStrategy,
 )
 
-from ..integrity import checkpoint_problems
+from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..upstream.olmo import fused_loss_available
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,13 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         problems.append(
             f"load_path={cfg.load_path} is not a directory: pass the checkpoint folder (or a URL)"
         )
+    elif cfg.load_path is not None and (
+        problem := olmo_core_checkpoint_problem(
+            cfg.load_path,
+            "scripts/core_convert_to_hf.py, then scripts/convert_from_hf.py (or train it with scripts/core_train.py)",
+        )
+    ):
+        problems.append(f"load_path: {problem}")
     problems += _check_save_folders(cfg)
     if problems:
         raise OLMoConfigurationError("config cannot train here: " + "; ".join(problems))  # one line
