@@ -25,11 +25,11 @@ import json
 import platform
 import random
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from measure import peak_step_memory, timed
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.nn.attention import AttentionBackendName
 from olmo_core.nn.transformer import TransformerConfig
@@ -89,39 +89,6 @@ def step(model: torch.nn.Module, ids: torch.Tensor, amp: torch.dtype | None) -> 
     model.zero_grad(set_to_none=True)
 
 
-def timed(fn, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def peak_memory(fn, model: torch.nn.Module, device: str) -> int:
-    """Bytes: the weights plus the highest allocation above them during one step (CPU: profiler events)."""
-    resident = sum(p.numel() * p.element_size() for p in model.parameters())
-    if device == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        return resident + torch.cuda.max_memory_allocated() - base
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    )
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return resident + peak
-
-
 def run(size_name: str, reps: int | None, device: str) -> dict:
     size = SIZES[size_name]
     amp = torch.bfloat16 if device == "cuda" else None
@@ -148,7 +115,7 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
         rng.shuffle(order)
         for name in order:
             times[name].append(timed(lambda m=models[name]: step(m, ids, amp), device))
-    memory = {name: peak_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
+    memory = {name: peak_step_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
     out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
            "memory": memory, "ratios": {}}  # fmt: skip
     for repo, rope in (("repo", "rope"), ("repo-gqa", "rope-gqa")):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from measure import peak_step_memory, sync, timed
 from olmo.model import OLMo
 from ratios import median_ci, within_round
 from tqdm import tqdm
@@ -106,11 +107,6 @@ def reference_rotation(enabled: bool) -> Iterator[None]:
         olmo_repo.rope.rotate_qk, olmo_repo.rope.rotate_forward = originals
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def train_step(model: OLMo, ids: torch.Tensor, amp: torch.dtype | None) -> None:
     with torch.autocast(ids.device.type, dtype=amp or torch.float32, enabled=amp is not None):
         logits = model(ids[:, :-1]).logits
@@ -136,30 +132,6 @@ def decode_time(
     return (time.perf_counter() - start) / new_tokens
 
 
-def peak_step_memory(step: Callable[[], None], model: OLMo, device: str) -> int:
-    """Bytes: the model's weights plus the highest allocation above them during one training step."""
-    resident = sum(p.numel() * p.element_size() for p in model.parameters())
-    if device == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        return resident + torch.cuda.max_memory_allocated() - base
-    # CPU: torch keeps no allocator statistics, so replay the profiler's allocation events.
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    )
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return resident + peak
-
-
 def saved_activation_memory(model: OLMo, ids: torch.Tensor, amp: torch.dtype | None) -> int:
     """Bytes that autograd keeps from the forward for the backward, weights excluded (unique storages)."""
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -181,14 +153,6 @@ def saved_activation_memory(model: OLMo, ids: torch.Tensor, amp: torch.dtype | N
 def spread(values: list[float]) -> str:
     med = statistics.median(values)
     return f"{med * 1e3:9.2f} ms (±{(max(values) - min(values)) / 2 / med * 100:4.1f}%)"
-
-
-def timed(fn: Callable[[], None], device: str) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
 
 
 def component_times(

@@ -29,9 +29,7 @@ import argparse
 import importlib.util
 import json
 import logging
-import os
 import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +50,7 @@ from torch.distributed.tensor import DTensor
 from ..errors import RepoError
 from ..modes import POSITIONS_METRIC
 from ..rope import observe_positions
+from ..slurm import requeue
 from .attention import RepoAttentionConfig
 from .stage1 import check_stage1, load_stage1
 
@@ -178,18 +177,6 @@ class SignalStopCallback(Callback):
         self.trainer.cancel_run("SIGUSR1 received")
 
 
-def _requeue() -> None:
-    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job is None:
-        log.info("Stopped on SIGUSR1: rerun the same command to resume")
-        return
-    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
-    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    if result.returncode != 0:
-        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
-
-
 def _backend() -> str:
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
@@ -246,7 +233,7 @@ def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bo
         stop = trainer.callbacks["signal_stop"]
         unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
         if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
-            _requeue()
+            requeue()
     finally:
         teardown_training_environment()
 

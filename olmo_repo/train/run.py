@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -48,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RepoTrainConfig
 from ..registry import build_model
+from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.torch import patch_torch_for_olmo
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
@@ -339,18 +339,6 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
     return False
 
 
-def _requeue() -> None:
-    """Put this SLURM job back in the queue (its next run resumes); outside SLURM, say how to resume."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job is None:
-        log.info("Stopped on SIGUSR1: rerun the same command to resume")
-        return
-    log.info("Stopped on SIGUSR1: requeueing SLURM job %s", job)
-    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    if result.returncode != 0:
-        log.error("scontrol requeue %s failed (%s): resubmit the job to resume", job, result.stderr.strip())
-
-
 def train(config_path: str, overrides: Sequence[str]) -> None:
     """`scripts/train.py CONFIG [--key=value ...]`: load the config with CLI overrides and train.
 
@@ -370,4 +358,4 @@ def train(config_path: str, overrides: Sequence[str]) -> None:
     finally:
         dist.destroy_process_group()
     if stopped and rank == 0:
-        _requeue()
+        requeue()
