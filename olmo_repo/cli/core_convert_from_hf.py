@@ -12,7 +12,8 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Convert an HF olmo2 / repo_olmo2 / reference-format directory to a model-only OLMo-core "
+        description="Convert an HF olmo2 / repo_olmo2 / olmo3 / repo_olmo3 / reference-format directory to a "
+        "model-only OLMo-core "
         "checkpoint (model_and_optim/, config.json, tokenizer.json): the load_path of a configs/olmocore run."
     )
     parser.add_argument("--input", required=True, help="HF directory (config.json and safetensors)")

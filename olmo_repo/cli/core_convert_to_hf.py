@@ -13,7 +13,8 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Convert an OLMo-core checkpoint of this project (a run's stepN/ or a model-only one; the Olmo 2 "
-        "shape) to a Hugging Face directory: repo_olmo2 with its modeling code if a layer is RePo/NoPE, else olmo2."
+        "or Olmo 3 shape) to a Hugging Face directory: repo_olmo2 (repo_olmo3 with sliding windows) with its "
+        "modeling code if a layer is RePo/NoPE, else olmo2 (olmo3)."
     )
     parser.add_argument(
         "--input", required=True, help="checkpoint directory with model_and_optim/ and config.json"

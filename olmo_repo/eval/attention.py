@@ -14,7 +14,8 @@ and for the RePo layers alone.
 Weights come from eager attention (the model is switched to `eager` for the forward and back afterwards).
 Forward hooks keep only the last query row of each layer ([B, H, T] instead of [B, H, T, T] per layer), so a
 4K prompt costs one layer's attention matrix at a time. Works on stock Olmo2 and on this project's
-`repo_olmo2` (RePo, NoPE, hybrids): both attentions are `Olmo2Attention`s that return their weights.
+`repo_olmo2` (RePo, NoPE, hybrids), and on OLMo 3 (`olmo3`, `repo_olmo3`): their attentions are `Olmo2Attention`s
+or `Olmo3Attention`s that return their weights.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
+from transformers.models.olmo3.modeling_olmo3 import Olmo3Attention
 
 from ..hf import repo_layer_ids
 from ..tables import markdown_table
@@ -130,14 +132,17 @@ def _last_rows(model: nn.Module) -> Iterator[dict[int, Tensor]]:
     """Collect {layer: attention weights of the last query token [B, H, T]} while the model runs."""
     rows: dict[int, Tensor] = {}
 
-    def keep(module: Olmo2Attention, _args: object, out: tuple[Tensor, Tensor | None]) -> None:
+    def keep(
+        module: Olmo2Attention | Olmo3Attention, _args: object, out: tuple[Tensor, Tensor | None]
+    ) -> None:
         if out[1] is None:
             raise RuntimeError(
                 f"layer {module.layer_idx} returned no attention weights (not eager attention)"
             )
         rows[module.layer_idx] = out[1][:, :, -1, :].detach()  # [B, H, T, T] -> [B, H, T]
 
-    hooks = [m.register_forward_hook(keep) for m in model.modules() if isinstance(m, Olmo2Attention)]
+    attentions = [m for m in model.modules() if isinstance(m, Olmo2Attention | Olmo3Attention)]
+    hooks = [m.register_forward_hook(keep) for m in attentions]
     try:
         yield rows
     finally:

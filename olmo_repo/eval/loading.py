@@ -4,6 +4,8 @@ The paper evaluates every method at 8K and 16K with YaRN (factor 2 and 4 over th
 the RoPE layers and on the RePo positions. Here that is the HF config's `rope_parameters`
 (`rope_type: yarn`, `factor`, `original_max_position_embeddings`), which stock Olmo2 and this project's
 `repo_olmo2` both read (RePo and RoPE layers share the scaled inverse frequencies and attention factor).
+OLMo 3 (`olmo3`, `repo_olmo3`) has a RoPE per layer type; as OLMo 3's own long-context models do, YaRN
+scales the full-attention layers' only: a sliding-window layer sees no farther at 16K than in training.
 
 - `training_length(config)`: `rope_parameters.original_max_position_embeddings` if set, else
   `max_position_embeddings`.
@@ -26,9 +28,15 @@ from .variants import parse_yarn  # light: the command checks --yarn before impo
 __all__ = ["DTYPES", "load_model", "parse_yarn", "training_length", "yarn_factor", "yarn_overrides"]
 
 
+def _full_attention_rope(config: PretrainedConfig) -> dict:
+    """The RoPE parameters of the full-attention layers (OLMo 3: `rope_parameters.full_attention`)."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    return rope.get("full_attention") or {} if getattr(config, "layer_types", None) else rope
+
+
 def training_length(config: PretrainedConfig) -> int:
     """The context length the model was trained at."""
-    rope = getattr(config, "rope_parameters", None) or {}
+    rope = _full_attention_rope(config)
     return int(rope.get("original_max_position_embeddings") or config.max_position_embeddings)
 
 
@@ -58,13 +66,16 @@ def yarn_overrides(config: PretrainedConfig, length: int, yarn: str | float = "a
     factor = yarn_factor(length, training, yarn)
     if factor is None:
         return {}
-    theta = (config.rope_parameters or {}).get("rope_theta", 10_000.0)
-    return dict(
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": float(theta),
-            "factor": factor,
-            "original_max_position_embeddings": training,
-        },
-        max_position_embeddings=max(length, config.max_position_embeddings),
-    )
+    theta = _full_attention_rope(config).get("rope_theta", 10_000.0)
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": float(theta),
+        "factor": factor,
+        "original_max_position_embeddings": training,
+    }
+    if getattr(config, "layer_types", None):  # OLMo 3: the sliding-window layers keep theirs
+        rope = {
+            "sliding_attention": dict(config.rope_parameters["sliding_attention"]),
+            "full_attention": rope,
+        }
+    return dict(rope_parameters=rope, max_position_embeddings=max(length, config.max_position_embeddings))

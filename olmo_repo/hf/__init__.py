@@ -1,7 +1,7 @@
 """Hugging Face side of RePo (transformers and torch only, no ai2-olmo).
 
-Importing this module registers `repo_olmo2` with transformers' Auto classes, so
-`AutoModelForCausalLM.from_pretrained(dir)` loads a converted RePo checkpoint without remote code.
+Importing this module registers `repo_olmo2` and `repo_olmo3` (OLMo 3's sliding windows) with transformers' Auto
+classes, so `AutoModelForCausalLM.from_pretrained(dir)` loads a converted RePo checkpoint without remote code.
 
 It also routes the reference implementation's format (`model_type: olmo2` with a nested `pe_config`): stock
 transformers would build a stock Olmo2 from it and drop the RePo weights. After this import,
@@ -21,6 +21,7 @@ from ..modes import layer_modes, repo_layer_ids
 from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
 from .configuration_repo_olmo2 import RepoOlmo2Config
+from .configuration_repo_olmo3 import RepoOlmo3Config
 from .formats import hub_kwargs, read_hf_config, read_reference, reference_config, weight_shapes
 from .modeling_repo_olmo2 import (
     RepoOlmo2CausalLMOutputWithPast,
@@ -28,6 +29,7 @@ from .modeling_repo_olmo2 import (
     RepoOlmo2Model,
     RepoOlmo2ModelOutputWithPast,
 )
+from .modeling_repo_olmo3 import RepoOlmo3ForCausalLM, RepoOlmo3Model
 
 
 def _reference_config(config: Olmo2Config, shapes: Any, source: str) -> RepoOlmo2Config:
@@ -40,9 +42,13 @@ def _weight_shapes(path: Any, **kwargs: Any) -> Any:
 
 # The registration this import does (see the module docstring).
 RepoOlmo2Config.reference_reader = read_reference
-AutoConfig.register(RepoOlmo2Config.model_type, RepoOlmo2Config, exist_ok=True)
-AutoModel.register(RepoOlmo2Config, RepoOlmo2Model, exist_ok=True)
-AutoModelForCausalLM.register(RepoOlmo2Config, RepoOlmo2ForCausalLM, exist_ok=True)
+for _config, _model, _causal_lm in (
+    (RepoOlmo2Config, RepoOlmo2Model, RepoOlmo2ForCausalLM),
+    (RepoOlmo3Config, RepoOlmo3Model, RepoOlmo3ForCausalLM),
+):
+    AutoConfig.register(_config.model_type, _config, exist_ok=True)
+    AutoModel.register(_config, _model, exist_ok=True)
+    AutoModelForCausalLM.register(_config, _causal_lm, exist_ok=True)
 for _auto, _stock, _repo in (
     (AutoModel, Olmo2Model, RepoOlmo2Model),
     (AutoModelForCausalLM, Olmo2ForCausalLM, RepoOlmo2ForCausalLM),
@@ -62,6 +68,9 @@ __all__ = [
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
     "RepoOlmo2ModelOutputWithPast",
+    "RepoOlmo3Config",
+    "RepoOlmo3ForCausalLM",
+    "RepoOlmo3Model",
     "layer_modes",
     "read_hf_config",
     "record_positions",

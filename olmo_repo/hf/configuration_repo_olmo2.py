@@ -25,7 +25,7 @@ from transformers import Olmo2Config
 
 from .modes import check_position_modes
 
-__all__ = ["ROPE_TYPES", "RepoOlmo2Config"]
+__all__ = ["ROPE_TYPES", "RepoOlmo2Config", "check_repo_keys"]
 
 # RoPE variants whose inverse frequencies do not depend on the sequence length, so that RePo's real
 # positions can be rotated with them: stock, linear interpolation and YaRN.
@@ -72,22 +72,30 @@ class RepoOlmo2Config(Olmo2Config):
 
     def validate_position_modes(self) -> None:
         """Raise one `ValueError` naming the bad key and what it allows."""
-        check_position_modes(
-            self.pe_mode,
-            self.pe_start_layer,
-            self.pe_layer_ids,
-            n_layers=self.num_hidden_layers,
-            n_heads=self.num_attention_heads,
-            n_kv_heads=self.num_key_value_heads,
-            keys={
-                "n_layers": "num_hidden_layers",
-                "n_heads": "num_attention_heads",
-                "n_kv_heads": "num_key_value_heads",
-            },
-        )
-        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
-        if self.pe_mode == "repo" and rope_type not in ROPE_TYPES:
+        check_repo_keys(self, {"rope_parameters": self.rope_parameters or {}})
+
+
+def check_repo_keys(config: Any, ropes: dict[str, dict[str, Any]]) -> None:
+    """The position-mode keys of an HF config (`RepoOlmo2Config`, `RepoOlmo3Config`) and the RoPEs that RePo
+    layers would rotate with (`ropes`: key -> rope parameters, one per RoPE of the model): one `ValueError`
+    naming the key."""
+    check_position_modes(
+        config.pe_mode,
+        config.pe_start_layer,
+        config.pe_layer_ids,
+        n_layers=config.num_hidden_layers,
+        n_heads=config.num_attention_heads,
+        n_kv_heads=config.num_key_value_heads,
+        keys={
+            "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads",
+            "n_kv_heads": "num_key_value_heads",
+        },
+    )
+    for key, parameters in ropes.items():
+        rope_type = parameters.get("rope_type", "default")
+        if config.pe_mode == "repo" and rope_type not in ROPE_TYPES:
             raise ValueError(
-                f"rope_parameters.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
+                f"{key}.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
                 f"pe_mode='repo': {', '.join(ROPE_TYPES)}"
             )

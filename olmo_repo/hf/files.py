@@ -14,29 +14,71 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import Tensor
 from tqdm import tqdm
-from transformers import GenerationConfig, Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    GenerationConfig,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    Olmo3Config,
+    Olmo3ForCausalLM,
+    PreTrainedConfig,
+    PreTrainedTokenizerFast,
+)
 
 from ..integrity import require_intact
 from .configuration_repo_olmo2 import RepoOlmo2Config
+from .configuration_repo_olmo3 import RepoOlmo3Config
 from .modeling_repo_olmo2 import RepoOlmo2ForCausalLM
+from .modeling_repo_olmo3 import RepoOlmo3ForCausalLM
 
-__all__ = ["AUTO_MAP", "REMOTE_CODE", "check_state_dict", "read_hf_state_dict", "save_hf", "save_tokenizer"]
+__all__ = [
+    "AUTO_MAP",
+    "MODEL_CLASSES",
+    "REMOTE_CODE",
+    "check_state_dict",
+    "read_hf_state_dict",
+    "save_hf",
+    "save_tokenizer",
+]
+
+MODEL_CLASSES = {
+    Olmo2Config: Olmo2ForCausalLM,
+    RepoOlmo2Config: RepoOlmo2ForCausalLM,
+    Olmo3Config: Olmo3ForCausalLM,
+    RepoOlmo3Config: RepoOlmo3ForCausalLM,
+}
+"""The causal LM of each config class a converter writes (stock where every layer is RoPE)."""
 
 HF_DIR = Path(__file__).resolve().parent
-# Remote code of a converted checkpoint: the modeling files, `olmo_repo/rope.py` and `olmo_repo/modes.py`.
-REMOTE_CODE = {
+_OLMO2_CODE = {
     "configuration_repo_olmo2.py": HF_DIR / "configuration_repo_olmo2.py",
     "modeling_repo_olmo2.py": HF_DIR / "modeling_repo_olmo2.py",
     "rope.py": HF_DIR.parent / "rope.py",
     "modes.py": HF_DIR.parent / "modes.py",
 }
+REMOTE_CODE = {
+    RepoOlmo2Config.model_type: _OLMO2_CODE,
+    RepoOlmo3Config.model_type: {
+        **_OLMO2_CODE,  # which the OLMo 3 model builds on
+        "configuration_repo_olmo3.py": HF_DIR / "configuration_repo_olmo3.py",
+        "modeling_repo_olmo3.py": HF_DIR / "modeling_repo_olmo3.py",
+    },
+}
+"""Remote code of a converted RePo checkpoint, by model type: its modeling files, `olmo_repo/rope.py` and
+`olmo_repo/modes.py`."""
+AUTO_MAP = {
+    model_type: {
+        "AutoConfig": f"configuration_{model_type}.{name}Config",
+        "AutoModel": f"modeling_{model_type}.{name}Model",
+        "AutoModelForCausalLM": f"modeling_{model_type}.{name}ForCausalLM",
+    }
+    for model_type, name in (
+        (RepoOlmo2Config.model_type, "RepoOlmo2"),
+        (RepoOlmo3Config.model_type, "RepoOlmo3"),
+    )
+}
+"""The `auto_map` of a converted RePo checkpoint's config.json, by model type."""
 # Non-persistent RoPE buffers that old transformers versions (the reference's) saved with the weights.
 _HF_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
-AUTO_MAP = {
-    "AutoConfig": "configuration_repo_olmo2.RepoOlmo2Config",
-    "AutoModel": "modeling_repo_olmo2.RepoOlmo2Model",
-    "AutoModelForCausalLM": "modeling_repo_olmo2.RepoOlmo2ForCausalLM",
-}
 
 
 def read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
@@ -56,20 +98,22 @@ def read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
     return state_dict
 
 
-def save_tokenizer(base: Tokenizer, config: Olmo2Config, out: Path) -> None:
+def save_tokenizer(base: Tokenizer, config: PreTrainedConfig, out: Path) -> None:
     """Save `base` as a transformers tokenizer with the model's eos/pad tokens."""
     token = lambda i: base.id_to_token(i) if i is not None and i < base.get_vocab_size() else None  # noqa: E731
     eos, pad = token(config.eos_token_id), token(config.pad_token_id)
     PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, pad_token=pad or eos).save_pretrained(out)
 
 
-def save_hf(config: Olmo2Config, state_dict: dict[str, Tensor], out: Path, dtype: torch.dtype | None) -> None:
-    """Build the HF model on the meta device, load the weights strictly (checks names and shapes) and save."""
+def save_hf(
+    config: PreTrainedConfig, state_dict: dict[str, Tensor], out: Path, dtype: torch.dtype | None
+) -> None:
+    """Build the HF model (`MODEL_CLASSES`) on the meta device, load the weights strictly (checks names and
+    shapes) and save, with the remote code of a RePo model."""
     if dtype is not None:
         state_dict = {k: v.to(dtype) for k, v in state_dict.items()}
-    model_cls = RepoOlmo2ForCausalLM if isinstance(config, RepoOlmo2Config) else Olmo2ForCausalLM
     with torch.device("meta"):
-        model = model_cls(config)
+        model = MODEL_CLASSES[type(config)](config)
     expected = {
         k: v
         for k, v in model.state_dict().items()
@@ -79,9 +123,9 @@ def save_hf(config: Olmo2Config, state_dict: dict[str, Tensor], out: Path, dtype
     model.load_state_dict(state_dict, strict=False, assign=True)
     model.tie_weights()
     config.dtype = next(iter(state_dict.values())).dtype
-    if isinstance(config, RepoOlmo2Config):
-        config.auto_map = dict(AUTO_MAP)
-        for name, source in REMOTE_CODE.items():
+    if config.model_type in REMOTE_CODE:
+        config.auto_map = dict(AUTO_MAP[config.model_type])
+        for name, source in REMOTE_CODE[config.model_type].items():
             shutil.copyfile(source, out / name)
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id

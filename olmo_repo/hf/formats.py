@@ -1,6 +1,7 @@
 """The Hugging Face formats this project reads, and the one reader of the reference implementation's.
 
-- `repo_olmo2` (this project's converted checkpoints) and stock `olmo2` are read as transformers reads them.
+- `repo_olmo2`, `repo_olmo3` (this project's converted checkpoints) and stock `olmo2`, `olmo3` are read as
+  transformers reads them.
 - The reference implementation writes `model_type: olmo2` with a nested `pe_config`, which stock transformers
   would build as a stock Olmo2, dropping the RePo weights. `from_reference` is the one translation of it,
   used by `read_hf_config` (conversion, evaluation, the explorer), the Auto routing of `olmo_repo.hf`,
@@ -25,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from transformers import Olmo2Config
+from transformers import Olmo2Config, Olmo3Config, PreTrainedConfig
 from transformers.utils import cached_file
 
 from ..integrity import olmo_core_checkpoint_problem
@@ -39,6 +40,7 @@ from ..modes import (
 )
 from ..rope import check_final_map_rows
 from .configuration_repo_olmo2 import RepoOlmo2Config
+from .configuration_repo_olmo3 import RepoOlmo3Config
 
 __all__ = [
     "check_f_phi",
@@ -97,7 +99,7 @@ def weight_shapes(path: str | os.PathLike, **hub: Any) -> Shapes | None:
     return None
 
 
-def check_f_phi(shapes: Shapes | None, config: Olmo2Config, source: str) -> None:
+def check_f_phi(shapes: Shapes | None, config: PreTrainedConfig, source: str) -> None:
     """Every f_phi weight among `shapes` (a checkpoint's) has the shape that `config` builds: gate_map and
     content_map [d // 8, d], final_map [num_key_value_heads, d // 8] (one position per key/value head).
     One ValueError naming the weight and the sizes otherwise."""
@@ -167,24 +169,36 @@ def read_reference(config_dict: dict[str, Any], path: str | os.PathLike, **kwarg
     return from_reference(config_dict, weight_shapes(path, **hub_kwargs(kwargs)), str(path))
 
 
-def read_hf_config(hf_dir: str | os.PathLike) -> Olmo2Config:
-    """The config of an HF directory: `repo_olmo2` (this project), stock `olmo2`, or `olmo2` with the
-    reference's `pe_config` (-> `RepoOlmo2Config`, checked against the layers that carry RePo weights;
-    `Olmo2Config` if it selects no RePo/NoPE layer)."""
+def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
+    """The config of an HF directory: `repo_olmo2` / `repo_olmo3` (this project), stock `olmo2` / `olmo3`, or
+    `olmo2` with the reference's `pe_config` (-> `RepoOlmo2Config`, checked against the layers that carry RePo
+    weights; `Olmo2Config` if it selects no RePo/NoPE layer). f_phi's weights are checked against it."""
     if problem := olmo_core_checkpoint_problem(hf_dir, "scripts/core_convert_to_hf.py"):
         raise ValueError(problem)
     with open(os.path.join(hf_dir, "config.json")) as f:
         raw = json.load(f)
     model_type = raw.get("model_type")
-    if model_type not in ("olmo2", RepoOlmo2Config.model_type):
-        raise ValueError(f"{hf_dir}: model_type={model_type!r} is not supported; allowed: olmo2, repo_olmo2")
+    if model_type not in _CONFIGS:
+        raise ValueError(
+            f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(_CONFIGS)}"
+        )
     shapes = weight_shapes(hf_dir)
     if "pe_config" in raw:
         raw = from_reference(raw, shapes, str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
-    if model_type == RepoOlmo2Config.model_type or raw.get("pe_mode", "rope") != "rope":
-        config = RepoOlmo2Config.from_dict(raw)
+    stock, repo = _CONFIGS[model_type]
+    if model_type == repo.model_type or raw.get("pe_mode", "rope") != "rope":
+        config = repo.from_dict(raw)
         check_f_phi(shapes, config, str(hf_dir))
         return config
-    return Olmo2Config.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})
+    return stock.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})
+
+
+# model_type -> (the stock config, the RePo config) of the family
+_CONFIGS: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedConfig]]] = {
+    "olmo2": (Olmo2Config, RepoOlmo2Config),
+    RepoOlmo2Config.model_type: (Olmo2Config, RepoOlmo2Config),
+    "olmo3": (Olmo3Config, RepoOlmo3Config),
+    RepoOlmo3Config.model_type: (Olmo3Config, RepoOlmo3Config),
+}

@@ -13,7 +13,7 @@ import torch
 from olmo.config import ActivationType, BlockType, LayerNormType, ModelConfig
 from torch import Tensor
 from tqdm import tqdm
-from transformers import Olmo2Config
+from transformers import Olmo2Config, Olmo3Config
 
 from ..config import RepoModelConfig
 from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
@@ -108,6 +108,11 @@ def hf_config_from_olmo(config: ModelConfig) -> Olmo2Config:
 def olmo_config_from_hf(config: Olmo2Config, vocab_size: int | None = None) -> RepoModelConfig:
     """The OLMo model config of an HF Olmo2/RepoOlmo2 config. `vocab_size`: the tokenizer's (defaults to the
     embedding size, which is HF's `vocab_size`)."""
+    if isinstance(config, Olmo3Config):
+        raise ValueError(
+            f"model_type={config.model_type!r}: OLMo 3's sliding-window layers (layer_types) have no ai2-olmo "
+            "0.6.0 counterpart; train it with OLMo-core (scripts/core_convert_from_hf.py, docs/olmo-core.md)"
+        )
     rope = config.rope_parameters or {}
     if rope.get("rope_type", "default") != "default":
         raise ValueError(

@@ -3,8 +3,9 @@
 Deltas from `transformers.models.olmo2` (everything else is inherited unchanged):
 
 - `RepoOlmo2Attention` (layers whose mode is `nope` or `repo`; `rope` layers keep the stock
-  `Olmo2Attention`): a `RepoLayer` (`rope.py`). In `repo` layers f_phi predicts the positions from the
-  decoder layer's input x [B, T, d] (OLMo-2 is post-norm: the residual stream, which q/k/v also see), and
+  `Olmo2Attention`): `Olmo2Attention` with `RepoAttentionMixin`, a `RepoLayer` (`rope.py`) with the forward
+  that rotates by its positions (shared with OLMo 3's attention in `modeling_repo_olmo3.py`). In `repo`
+  layers f_phi predicts the positions from the decoder layer's input x [B, T, d] (OLMo-2 is post-norm: the residual stream, which q/k/v also see), and
   q, k are rotated by them after the q/k norms; `nope` layers do not rotate. Either way keys enter the KV
   cache already rotated (by their own positions), so cached decoding equals a full forward. The rotation
   uses the inverse frequencies and attention factor of the config's RoPE (default, linear or YaRN), from an
@@ -42,21 +43,30 @@ from .modes import PositionMode, layer_modes
 from .rope import RepoLayer, record_positions
 
 __all__ = [
+    "RepoAttentionMixin",
     "RepoOlmo2Attention",
     "RepoOlmo2CausalLMOutputWithPast",
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
     "RepoOlmo2ModelOutputWithPast",
+    "forward_with_positions",
 ]
 
 
-class RepoOlmo2Attention(RepoLayer, Olmo2Attention):
-    """Olmo2 attention of a `nope` or `repo` layer: q, k rotated by predicted positions, or not at all."""
+class RepoAttentionMixin(RepoLayer):
+    """The attention of a `nope` or `repo` layer: q, k rotated by predicted positions, or not at all. Mixed into
+    transformers' attention class of the model (`Olmo2Attention`; `Olmo3Attention`, which adds a sliding
+    window), whose projections, norms and attention call it keeps."""
+
+    rotary_class: type[nn.Module] = Olmo2RotaryEmbedding
+    """The model's RoPE module, whose frequencies a `repo` layer rotates its positions with."""
+    sliding_window: int | None = None
+    """The layer's attention window (Olmo3's sliding-window layers set it), passed to the attention function."""
 
     def __init__(self, config: RepoOlmo2Config, layer_idx: int):
         super().__init__(config, layer_idx)
         mode = layer_modes(config)[layer_idx]
-        assert mode != PositionMode.rope, "rope layers keep the stock Olmo2Attention"
+        assert mode != PositionMode.rope, "rope layers keep the stock attention"
         self.init_repo(
             mode,
             layer_id=layer_idx,
@@ -66,7 +76,7 @@ class RepoOlmo2Attention(RepoLayer, Olmo2Attention):
         )
         if mode == PositionMode.repo:
             # The model's RoPE (non-persistent buffers, which transformers initialises like the stock ones).
-            self.rotary_emb = Olmo2RotaryEmbedding(config)
+            self.rotary_emb = self.rotary_class(config)
 
     def rope_frequencies(self, device: Any) -> tuple[Tensor, float]:
         """The config's RoPE (default, linear or YaRN): its inverse frequencies and attention factor."""
@@ -80,7 +90,8 @@ class RepoOlmo2Attention(RepoLayer, Olmo2Attention):
         cache: Cache | None = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor | None]:
-        """`Olmo2Attention.forward` with the rotation by `position_embeddings` (integer positions) replaced.
+        """`Olmo3Attention.forward` (`Olmo2Attention.forward` with a sliding window) with the rotation by
+        `position_embeddings` (integer positions) replaced.
 
         Restated from transformers 5.24.0 (canary: `olmo_repo.upstream.transformers.CANARIES`), as is the
         read of the private `config._attn_implementation` below.
@@ -108,12 +119,17 @@ class RepoOlmo2Attention(RepoLayer, Olmo2Attention):
             attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout,
             scaling=self.scaling,
+            sliding_window=self.sliding_window,
             **kwargs,
         )
         return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights  # [B, T, d]
 
 
-def _forward_with_positions(
+class RepoOlmo2Attention(RepoAttentionMixin, Olmo2Attention):
+    """Olmo2 attention of a `nope` or `repo` layer."""
+
+
+def forward_with_positions(
     forward: Any, model: nn.Module, output_cls: type, output_positions: bool | None, args: Any, kwargs: Any
 ) -> Any:
     """Run the parent `forward`; with `output_positions`, return `output_cls` with `positions` set."""
@@ -157,7 +173,7 @@ class RepoOlmo2Model(RepoOlmo2PreTrainedModel, Olmo2Model):
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
         """`Olmo2Model.forward`; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
-        return _forward_with_positions(
+        return forward_with_positions(
             super().forward, self, RepoOlmo2ModelOutputWithPast, output_positions, args, kwargs
         )
 
@@ -176,6 +192,6 @@ class RepoOlmo2ForCausalLM(RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
         """`Olmo2ForCausalLM.forward`; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
-        return _forward_with_positions(
+        return forward_with_positions(
             super().forward, self, RepoOlmo2CausalLMOutputWithPast, output_positions, args, kwargs
         )

@@ -1,11 +1,12 @@
-"""OLMo-core checkpoints <-> Hugging Face directories (the Olmo 2 shape: `olmo2`, or `repo_olmo2` with RePo/NoPE).
+"""OLMo-core checkpoints <-> Hugging Face directories: the Olmo 2 shape as `olmo2` (or `repo_olmo2` with RePo/NoPE
+layers), the Olmo 3 shape (sliding windows) as `olmo3` (or `repo_olmo3`).
 
 - `core_to_hf(input, output)`: an OLMo-core checkpoint (a run's `stepN/` or a model-only one) -> an HF
   directory: config.json, safetensors, tokenizer, generation config and, for a model with RePo/NoPE layers,
   the modeling code as remote code (the same files and `auto_map` as `scripts/convert_to_hf.py` writes), so
   `scripts/eval.py`, the explorer, the analyses and vLLM take it as they take a converted ai2-olmo model.
-- `hf_to_core(input, output)`: an HF `olmo2` / `repo_olmo2` / reference-format directory -> a model-only
-  OLMo-core checkpoint, the `load_path` of a run (stage-1 initialisation).
+- `hf_to_core(input, output)`: an HF `olmo2` / `repo_olmo2` / `olmo3` / `repo_olmo3` / reference-format
+  directory -> a model-only OLMo-core checkpoint, the `load_path` of a run (stage-1 initialisation).
 
 Both directions copy tensors as they are (dtype as stored unless `dtype` is given): a round trip is bit-exact.
 Outputs are written beside the target and renamed at the end (`olmo_repo.output.staged_dir`).
@@ -93,7 +94,7 @@ def core_to_hf(
 
 
 def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) -> Path:
-    """Convert an HF Olmo2-shaped directory to a model-only OLMo-core checkpoint (`model_and_optim/`, a
+    """Convert an HF Olmo2- or Olmo3-shaped directory to a model-only OLMo-core checkpoint (`model_and_optim/`, a
     `config.json` with `model` and `dataset.tokenizer`, the tokenizer.json copied beside); returns `output`."""
     input = Path(input)
     check_distinct(input, output)

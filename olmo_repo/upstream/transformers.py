@@ -11,7 +11,9 @@ What transformers lacks, and what this module does about it:
 
 The HF modeling and configuration files travel into converted checkpoints as remote code and cannot import
 this package: what they take from transformers' internals is marked in place ("restated from transformers
-5.24.0" for `Olmo2Attention.forward`, the bypass of `Olmo2ForCausalLM.__init__`, the private
+5.24.0" for `Olmo2Attention.forward` and `Olmo3Attention.forward` (the same, with a sliding window), the
+bypass of `Olmo2ForCausalLM.__init__` and `Olmo3ForCausalLM.__init__`, `Olmo3Attention.__init__` setting
+`attention_type` and `sliding_window`, the private
 `_raise_exceptions_for_missing_entries` of `cached_file`, `config._attn_implementation`) and listed in
 `CANARIES` with the rest.
 """
@@ -29,6 +31,9 @@ CANARIES = {
     "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.forward": "4c62a7cb133a0250",
     "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.__init__": "202f2027df76d67e",
     "transformers.models.olmo2.modeling_olmo2.Olmo2ForCausalLM.__init__": "9f1773cbef13f557",
+    "transformers.models.olmo3.modeling_olmo3.Olmo3Attention.forward": "e6ca44ec57eff411",
+    "transformers.models.olmo3.modeling_olmo3.Olmo3Attention.__init__": "35730b443753d42e",
+    "transformers.models.olmo3.modeling_olmo3.Olmo3ForCausalLM.__init__": "9fc631934c233ca5",
     "transformers.modeling_utils.PreTrainedModel._from_config": "98702b52003e3ba7",
     "transformers.utils.hub.cached_file": "e50849aace67b3c2",
 }

@@ -9,6 +9,10 @@ modules (under their own names) and states only the delta. Internals used here:
   MLP. Their constructors read only the Olmo2 keys of `hf_config`.
 - `cleanup_dist_env_and_memory` (`vllm.distributed.parallel_state`): what vLLM's own tests call between two
   engines in one process (tests and the benchmark start several).
+- `Attention.__init__` (`vllm.model_executor.layers.attention`): given no per-layer window, it takes the cache
+  config's `sliding_window`. `OlmoHybridAttention` passes none, so `layer_config` hands it a view whose cache
+  config carries the layer's window (OLMo 3's sliding-window layers), and whose HF config carries the layer
+  type's RoPE as the flat `rope_parameters` it reads.
 - `MODELS_CONFIG_MAP` / `VerifyAndUpdateConfig` (`vllm.model_executor.models.config`): per-architecture hooks
   that vLLM runs while it builds `ModelConfig` in the calling process, before any engine or worker starts;
   the plugin adds one so that a checkpoint vLLM cannot run is refused there.
@@ -23,9 +27,11 @@ them, so that a vLLM upgrade fails loudly until this module is checked against t
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 from typing import Any
 
+from vllm.config import VllmConfig
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
 from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybridMLP
@@ -37,6 +43,7 @@ __all__ = [
     "OlmoHybridMLP",
     "VerifyAndUpdateConfig",
     "cleanup_dist_env_and_memory",
+    "layer_config",
     "lm_eval_vllm_class",
     "register_config_check",
 ]
@@ -48,6 +55,27 @@ def register_config_check(architecture: str, check: type[VerifyAndUpdateConfig])
     """Run `check.verify_and_update_model_config(model_config)` for `architecture` while vLLM builds its
     ModelConfig (in the caller's process, before any engine starts)."""
     MODELS_CONFIG_MAP[architecture] = check
+
+
+def layer_config(vllm_config: VllmConfig, layer: int) -> VllmConfig:
+    """The config `OlmoHybridAttention` builds layer `layer` from. Its constructor reads an Olmo 2 config (one
+    flat `rope_parameters`, no window); for an Olmo 3 config (`layer_types`) this is a shallow view in which the
+    HF config's `rope_parameters` are the layer type's and the cache config's `sliding_window` is the layer's
+    window (None for full attention). An Olmo 2 config is returned as it is."""
+    hf = vllm_config.model_config.hf_config
+    kinds = getattr(hf, "layer_types", None)
+    if kinds is None:
+        return vllm_config
+    kind = kinds[layer]
+    hf_view = copy.copy(hf)
+    hf_view.__dict__["rope_parameters"] = hf.rope_parameters[kind]  # not through the strict dataclass' checks
+    model_view = copy.copy(vllm_config.model_config)
+    model_view.__dict__.update(hf_config=hf_view, hf_text_config=hf_view)
+    cache_view = copy.copy(vllm_config.cache_config)
+    cache_view.__dict__["sliding_window"] = hf.sliding_window if kind == "sliding_attention" else None
+    view = copy.copy(vllm_config)
+    view.__dict__.update(model_config=model_view, cache_config=cache_view)
+    return view
 
 
 _metadata_version = importlib.metadata.version
@@ -77,6 +105,8 @@ def lm_eval_vllm_class() -> Any:
 CANARIES = {  # source hashes on vllm==0.32.0 (`olmo_repo.upstream.source_hash`)
     "vllm.model_executor.models.olmo_hybrid.OlmoHybridAttention": "1239cc7687f5d970",
     "vllm.model_executor.models.olmo_hybrid.OlmoHybridMLP": "aefb445a81ca88e5",
+    # takes the cache config's sliding window when given no per-layer one (`layer_config`)
+    "vllm.model_executor.layers.attention.attention.Attention.__init__": "13fd4534c6a7cca4",
     "vllm.model_executor.models.config.VerifyAndUpdateConfig": "431f0679becacd92",
     # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
     "vllm.config.ModelConfig._try_verify_and_update_model_config": "199ba4a93f448bad",

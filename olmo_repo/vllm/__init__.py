@@ -3,13 +3,14 @@
 vLLM calls `register()` in every process it starts. It routes to `olmo_repo.vllm.model.RepoOlmo2ForCausalLM`
 (a native vLLM model) the architectures this project's checkpoints carry:
 
-- `RepoOlmo2ForCausalLM`: this project's HF format (`model_type: repo_olmo2`, with or without remote code);
+- `RepoOlmo2ForCausalLM`, `RepoOlmo3ForCausalLM`: this project's HF formats (`model_type: repo_olmo2`, and
+  `repo_olmo3` with OLMo 3's sliding windows; with or without remote code);
 - `Olmo2ForCausalLM`: the reference's format (`olmo2` + `pe_config`) and stock Olmo2, which has every layer
   RoPE (stock vLLM 0.32 runs Olmo2 on its Transformers backend; the plugin runs it natively).
 
 A config check runs while vLLM builds its ModelConfig, in the caller's process: a checkpoint it cannot run
-(the reference's `cope` mode, grouped-query attention with RePo, a `pe_config` that disagrees with the
-weights) is refused there, with one line naming the key, before any engine starts.
+(the reference's `cope` mode, head counts that do not divide, an f_phi of another model, a `pe_config` that
+disagrees with the weights) is refused there, with one line naming the key, before any engine starts.
 """
 
 from __future__ import annotations

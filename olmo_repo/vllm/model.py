@@ -1,4 +1,4 @@
-"""RePo as a native vLLM model: Olmo2 whose `nope`/`repo` layers rotate q and k by per-head real positions.
+"""RePo as a native vLLM model: Olmo2 (and Olmo 3) whose `nope`/`repo` layers rotate q and k by real positions.
 
 Deltas from the Olmo2 attention and MLP of vLLM's OLMo-Hybrid model (`olmo_repo.upstream.vllm`; everything
 else is Olmo2 as vLLM ran it natively up to 0.31, and as `transformers.models.olmo2` computes it):
@@ -11,6 +11,10 @@ else is Olmo2 as vLLM ran it natively up to 0.31, and as `transformers.models.ol
   transformers' `Olmo2RotaryEmbedding` for the config (default, linear or YaRN), exactly as `olmo_repo.hf`
   does. A token's positions depend only on its own hidden state, so keys enter the paged KV cache already
   rotated and prefix caching and chunked prefill stay exact.
+
+OLMo 3 (`repo_olmo3`): the same model; each layer is built from its layer type's RoPE and sliding window
+(`olmo_repo.upstream.vllm.layer_config`), as transformers' Olmo3 has them. Windows mask by index, so RePo
+layers need nothing more for them.
 
 Tensor parallel: heads are split across ranks; gate_map and content_map are replicated, final_map's rows
 (one per key/value head) are split like the key/value heads, so each rank predicts the positions of its own.
@@ -38,7 +42,7 @@ from vllm.platforms import current_platform
 
 from ..modes import PositionMode, layer_modes
 from ..rope import RepoLayer
-from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP
+from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP, layer_config
 from .config import repo_config
 
 __all__ = [
@@ -62,7 +66,8 @@ class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
     """vLLM's Olmo2 attention with the rotary step of a `nope` or `repo` layer replaced."""
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
-        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        # OLMo 3: the layer type's RoPE and window (`layer_config`); self.config is that layer's view
+        super().__init__(vllm_config=layer_config(vllm_config, extract_layer_index(prefix)), prefix=prefix)
         if pe_mode == PositionMode.nope:
             self._use_rope, self.rotary_emb = False, None
         # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call: there

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from olmo_core.nn.attention import SlidingWindowAttentionConfig
 from transformers import AutoModelForCausalLM, Olmo2ForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
@@ -110,17 +111,114 @@ def test_bad_inputs_fail_in_one_line_and_write_nothing(tmp_path):
         core_to_hf(olmo, tmp_path / "out")
     config = olmo2_tiny("repo", 1, vocab_size=4096, block_name="default")
     _, core_dir = _save_core(tmp_path, config)
-    with pytest.raises(RepoError, match=r"model.block.name=default: not the Olmo 2 shape"):
+    with pytest.raises(RepoError, match=r"model.block.name=default: not the Olmo 2 or Olmo 3 shape"):
         core_to_hf(core_dir, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_the_olmo3_shape_is_refused_naming_the_key():
-    """Sliding windows (OLMo 3) have no `repo_olmo2` counterpart: the converter says which key, before any I/O."""
-    from olmo_core.nn.attention import SlidingWindowAttentionConfig
+def _olmo3_tiny(pe_mode: str, kv_heads: int | None, window: int = 5):
+    """An Olmo-3-shaped tiny config: sliding windows of `window` in layers 0-2 (OLMo 3's pattern), layer 3 full."""
+    pattern = SlidingWindowAttentionConfig(
+        pattern=[window, window, window, -1], force_full_attention_on_first_layer=False
+    )
+    return olmo2_tiny(pe_mode, 1, vocab_size=4096, n_kv_heads=kv_heads, sliding_window=pattern)
 
-    from olmo_repo.olmocore.convert import hf_config_from_core
 
-    window = SlidingWindowAttentionConfig(pattern=[8, 8, 8, -1], force_full_attention_on_first_layer=False)
-    with pytest.raises(ValueError, match=r"model.block.sequence_mixer.sliding_window=.*not the Olmo 2 shape"):
-        hf_config_from_core(olmo2_tiny("repo", 1, sliding_window=window), eos_token_id=0, pad_token_id=1)
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_olmo3_shape_converts_to_repo_olmo3_with_the_same_logits_and_positions(tmp_path, kv_heads):
+    """OLMo-core's Olmo 3 shape (sliding windows shorter than the sequence, RePo in sliding and full layers) ->
+    `repo_olmo3` with its remote code: HF's logits and positions equal OLMo-core's in fp32, a KV-cache decode
+    equals HF's full forward, and back to OLMo-core bit-exact."""
+    config = _olmo3_tiny("repo", kv_heads)
+    model, core_dir = _save_core(tmp_path, config)
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    saved = json.loads((hf_dir / "config.json").read_text())
+    assert saved["model_type"] == "repo_olmo3" and saved["sliding_window"] == 5
+    assert saved["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"]
+    assert saved["auto_map"]["AutoModelForCausalLM"] == "modeling_repo_olmo3.RepoOlmo3ForCausalLM"
+    for name in (
+        "modeling_repo_olmo3.py",
+        "modeling_repo_olmo2.py",
+        "configuration_repo_olmo3.py",
+        "rope.py",
+    ):
+        assert (hf_dir / name).is_file(), name
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
+    assert type(hf).__name__ == "RepoOlmo3ForCausalLM"
+    ids = torch.randint(2, 4096, (2, 24))
+    with torch.no_grad(), record_positions(model) as positions:
+        logits = model(ids)
+    with torch.no_grad():
+        out = hf(ids, output_positions=True)
+        windowless = model.blocks["0"].attention.backend.window_size
+    assert windowless != (-1, -1), "layer 0 slides"
+    roundings = 2 * _roundings(config, 24)
+    assert_within(out.logits, logits, roundings=roundings, what="logits")
+    assert sorted(out.positions) == sorted(positions) == [1, 2, 3]
+    for layer, z in positions.items():
+        assert z.shape == (2, kv_heads or 4, 24) and z.abs().max() > 1.0
+        assert_within(out.positions[layer], z, roundings=roundings, what=f"positions of layer {layer}")
+    with (
+        torch.no_grad()
+    ):  # the sliding layers' cache keeps only the window, of keys rotated by their positions
+        step = hf(ids[:, :10], use_cache=True)
+        cache, decoded = step.past_key_values, [step.logits]
+        for t in range(10, 24):
+            step = hf(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            decoded.append(step.logits)
+    assert_within(torch.cat(decoded, 1), out.logits, roundings=roundings, what="cached decoding")
+    back = hf_to_core(hf_dir, tmp_path / "back")
+    again = checkpoint.state_dict(checkpoint.load_model(back))
+    for name, tensor in checkpoint.state_dict(model).items():
+        assert torch.equal(again[name], tensor), name
+
+
+def test_the_window_matters(tmp_path):
+    """The parity above is not blind to windows: the same weights with full attention everywhere give other
+    logits than the Olmo 3 shape (the window is shorter than the sequence), in OLMo-core and in HF alike."""
+    config = _olmo3_tiny("rope", None, window=3)
+    model, core_dir = _save_core(tmp_path, config)
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    assert json.loads((hf_dir / "config.json").read_text())["model_type"] == "olmo3"
+    full = Olmo2ForCausalLM.from_pretrained(core_to_hf(_full_attention(tmp_path, core_dir), tmp_path / "hf2"))
+    sliding = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    ids = torch.randint(2, 4096, (1, 24))
+    with torch.no_grad():
+        core, windowed, unwindowed = model(ids), sliding(ids).logits, full.eval()(ids).logits
+    assert_within(windowed, core, roundings=2 * _roundings(config, 24), what="logits")
+    assert (windowed[:, 4:] - unwindowed[:, 4:]).abs().amax() > 1e-2
+    within = 2 * _roundings(config, 24)  # the first 3 tokens see no farther than the window: same logits
+    assert_within(windowed[:, :3], unwindowed[:, :3], roundings=within, what="logits within the window")
+
+
+def _full_attention(tmp_path, core_dir):
+    """The checkpoint `core_dir` with its config's sliding windows removed (same weights)."""
+    config = checkpoint.model_config(core_dir)
+    config.block.sequence_mixer.sliding_window = None
+    out = tmp_path / "full"
+    out.mkdir()
+    model = checkpoint.load_model(core_dir)
+    checkpoint.save_model(model, {"model": config.as_config_dict(), "dataset": {"tokenizer": TOKENIZER}}, out)
+    return out
+
+
+def test_olmo3_with_different_ropes_per_layer_type_is_refused_naming_the_key(tmp_path):
+    """An HF Olmo 3 whose sliding and full layers have different RoPEs (OLMo 3's long-context models scale
+    only the full ones) has no OLMo-core config of one RoPE: one line naming the key, nothing written."""
+    from transformers import Olmo3Config, Olmo3ForCausalLM
+
+    config = Olmo3Config(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=96, vocab_size=128,
+        sliding_window=6, eos_token_id=0, pad_token_id=1,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+        },
+    )  # fmt: skip
+    Olmo3ForCausalLM(config).save_pretrained(tmp_path / "hf")
+    with pytest.raises(
+        RepoError, match=r"rope_parameters.sliding_attention and rope_parameters.full_attention"
+    ):
+        hf_to_core(tmp_path / "hf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

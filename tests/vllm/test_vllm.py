@@ -50,6 +50,17 @@ MODELS: dict[str, dict[str, Any]] = {
     "gqa": dict(pe_mode="repo", pe_start_layer=1, num_key_value_heads=2, rope_parameters=YARN),
     # multi-query (1 key/value head) in the reference's format
     "mqa-reference": dict(reference=REFERENCE_PE, num_key_value_heads=1),
+    # OLMo 3 (repo_olmo3, remote code): 64-token windows in layers 0-2 (prompts reach ~420), full attention in
+    # layer 3, RePo from layer 1 with grouped-query attention, YaRN x2 on the full-attention layer only
+    "olmo3": dict(
+        olmo3=True,
+        remote_code=True,
+        pe_mode="repo",
+        pe_start_layer=1,
+        num_key_value_heads=2,
+        sliding_window=64,
+        rope_parameters={"sliding_attention": tiny.BASE["rope_parameters"], "full_attention": YARN},
+    ),
 }
 SWITCHES = {
     # chunked prefill with a 64-token budget: the longer prompts are prefilled in several chunks
@@ -147,7 +158,7 @@ def check_against_hf(llm: Any, name: str, checkpoints, hf_reference, prefix_cach
 
     _, model = checkpoints[name]
     ref = hf_reference[name]
-    if name in ("repo", "reference"):
+    if name in ("repo", "reference", "olmo3"):
         assert ref["max_pos"] > 100, "positions should spread to hundreds"
     prompts = [{"prompt_token_ids": ids} for ids in _prompts()]
     greedy = dict(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
@@ -214,7 +225,8 @@ def test_plugin_is_registered_through_the_entry_point():
     (ep,) = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "olmo_repo"]
     assert ep.value == "olmo_repo.vllm:register"
     load_general_plugins()
-    assert {"RepoOlmo2ForCausalLM", "Olmo2ForCausalLM"} <= set(ModelRegistry.get_supported_archs())
+    archs = {"RepoOlmo2ForCausalLM", "Olmo2ForCausalLM", "RepoOlmo3ForCausalLM"}
+    assert archs <= set(ModelRegistry.get_supported_archs())
 
 
 BAD_INPUTS = {

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
-from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo3Config, RepoOlmo3ForCausalLM
 from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE
 from olmo_repo.hf.formats import from_reference
 from olmo_repo.modes import layer_modes
@@ -65,20 +65,35 @@ def _randomise(model: torch.nn.Module, spread: float, seed: int) -> None:
 
 
 def save(
-    path: Path, *, remote_code: bool = False, spread: float = 0.25, seed: int = 0, **overrides: Any
+    path: Path,
+    *,
+    remote_code: bool = False,
+    olmo3: bool = False,
+    spread: float = 0.25,
+    seed: int = 0,
+    **overrides: Any,
 ) -> torch.nn.Module:
-    """A `repo_olmo2` checkpoint (plain `olmo2` when every layer is RoPE) in `path`; returns the HF model."""
-    config = RepoOlmo2Config(**{**BASE, **overrides})
-    stock = all(m == "rope" for m in layer_modes(config))
-    model = Olmo2ForCausalLM(Olmo2Config(**{**BASE, **overrides})) if stock else RepoOlmo2ForCausalLM(config)
+    """A `repo_olmo2` checkpoint (plain `olmo2` when every layer is RoPE; `repo_olmo3` with `olmo3`) in `path`;
+    returns the HF model."""
+    if olmo3:
+        config = RepoOlmo3Config(**{**BASE, **overrides})
+        model = RepoOlmo3ForCausalLM(config)
+    else:
+        config = RepoOlmo2Config(**{**BASE, **overrides})
+        stock = all(m == "rope" for m in layer_modes(config))
+        model = (
+            Olmo2ForCausalLM(Olmo2Config(**{**BASE, **overrides})) if stock else RepoOlmo2ForCausalLM(config)
+        )
     _randomise(model, spread, seed)
     model.eval().save_pretrained(path)
     tokenizer().save_pretrained(path)
     if remote_code:
-        for name, source in REMOTE_CODE.items():
+        for name, source in REMOTE_CODE[config.model_type].items():
             shutil.copy(source, path / name)
         raw = json.loads((path / "config.json").read_text())
-        (path / "config.json").write_text(json.dumps({**raw, "auto_map": AUTO_MAP}, indent=2))
+        (path / "config.json").write_text(
+            json.dumps({**raw, "auto_map": AUTO_MAP[config.model_type]}, indent=2)
+        )
     return model
 
 

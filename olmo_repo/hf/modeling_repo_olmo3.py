@@ -1,0 +1,97 @@
+"""RePo on Hugging Face for OLMo 3: transformers' Olmo3 (sliding windows) with the RePo attention of Olmo2.
+
+transformers' Olmo3 is its Olmo2 with two changes: `layer_types` gives each layer a sliding window or full
+attention, and each layer type has its own RoPE (`rope_parameters.sliding_attention`, `.full_attention`; OLMo
+3's long-context models scale only the full-attention one). The deltas from `transformers.models.olmo3` are
+`modeling_repo_olmo2`'s, with those two kept:
+
+- `RepoOlmo3Attention` (`nope` and `repo` layers): `Olmo3Attention` with the `RepoAttentionMixin` of
+  `modeling_repo_olmo2.py` (q, k rotated by f_phi's positions after the q/k norms, keys cached rotated, the
+  layer's sliding window passed to the attention function as `Olmo3Attention.forward` does); a `repo` layer
+  rotates with the frequencies and attention factor of its own layer type's RoPE. Sliding windows need nothing else: they mask by index, whatever the positions.
+- `RepoOlmo3Model`, `RepoOlmo3ForCausalLM`: `Olmo3Model`, `Olmo3ForCausalLM` with those attentions and
+  `output_positions` ({layer id: [B, H_kv, T] fp32}).
+
+Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configuration files, `rope.py` and
+`modes.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn as nn
+from torch import Tensor
+from transformers.models.olmo3.modeling_olmo3 import (
+    Olmo3Attention,
+    Olmo3ForCausalLM,
+    Olmo3Model,
+    Olmo3PreTrainedModel,
+    Olmo3RotaryEmbedding,
+)
+
+from .configuration_repo_olmo3 import RepoOlmo3Config
+from .modeling_repo_olmo2 import (
+    RepoAttentionMixin,
+    RepoOlmo2CausalLMOutputWithPast,
+    RepoOlmo2ModelOutputWithPast,
+    forward_with_positions,
+)
+from .modes import PositionMode, layer_modes
+
+__all__ = ["RepoOlmo3Attention", "RepoOlmo3ForCausalLM", "RepoOlmo3Model"]
+
+
+class RepoOlmo3Attention(RepoAttentionMixin, Olmo3Attention):
+    """Olmo3 attention of a `nope` or `repo` layer (`Olmo3Attention.__init__` sets `attention_type` and
+    `sliding_window`)."""
+
+    rotary_class = Olmo3RotaryEmbedding
+
+    def rope_frequencies(self, device: Any) -> tuple[Tensor, float]:
+        """The RoPE of this layer's type (sliding or full attention): inverse frequencies, attention factor."""
+        kind = self.attention_type
+        return getattr(self.rotary_emb, f"{kind}_inv_freq"), getattr(
+            self.rotary_emb, f"{kind}_attention_scaling"
+        )
+
+
+class RepoOlmo3PreTrainedModel(Olmo3PreTrainedModel):
+    config: RepoOlmo3Config
+    config_class = RepoOlmo3Config
+
+
+class RepoOlmo3Model(RepoOlmo3PreTrainedModel, Olmo3Model):
+    """`Olmo3Model` whose `nope`/`repo` layers use `RepoOlmo3Attention`."""
+
+    def __init__(self, config: RepoOlmo3Config):
+        super().__init__(config)
+        for i, mode in enumerate(layer_modes(config)):
+            if mode != PositionMode.rope:
+                self.layers[i].self_attn = RepoOlmo3Attention(config, i)
+        self.post_init()
+
+    def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
+        """`Olmo3Model.forward`; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
+        return forward_with_positions(
+            super().forward, self, RepoOlmo2ModelOutputWithPast, output_positions, args, kwargs
+        )
+
+
+class RepoOlmo3ForCausalLM(RepoOlmo3PreTrainedModel, Olmo3ForCausalLM):
+    """`Olmo3ForCausalLM` over a `RepoOlmo3Model`."""
+
+    def __init__(self, config: RepoOlmo3Config):
+        # As RepoOlmo2ForCausalLM: Olmo3ForCausalLM.__init__ restated (transformers 5.24.0; canary) with the RePo
+        # model built directly.
+        Olmo3PreTrainedModel.__init__(self, config)
+        self.model = RepoOlmo3Model(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
+        """`Olmo3ForCausalLM.forward`; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
+        return forward_with_positions(
+            super().forward, self, RepoOlmo2CausalLMOutputWithPast, output_positions, args, kwargs
+        )
