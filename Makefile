@@ -60,8 +60,7 @@ demo-base: install
 # RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine), with multi-head and
 # grouped-query attention (4 query heads per key/value head). See bench/RESULTS.md.
 bench: install
-	$(BIN)/python bench/bench_repo.py --size cpu --json bench/last-cpu.json
-	$(BIN)/python bench/bench_repo.py --size cpu-gqa --json bench/last-cpu-gqa.json
+	$(BIN)/python bench/bench_repo.py --size cpu,cpu-gqa --json bench/last-cpu.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -1,4 +1,4 @@
-"""RePo vs RoPE on OLMo-core, side by side in one process: training step time and peak step memory, MHA and GQA.
+"""RePo vs RoPE on OLMo-core, side by side in one process: step time, peak step memory and decoding, MHA and GQA.
 
     .venv-core/bin/python bench/bench_core.py --size cpu       # OLMo 2 1B layer width, a few layers, T=512
     .venv-core/bin/python bench/bench_core.py --size gpu-1b    # OLMo 2 1B (olmo2_1B_v2) at 4096 context (CUDA)
@@ -9,12 +9,14 @@ multi-head attention, and the same with grouped-query attention (4 query heads p
 Repetitions are interleaved in a shuffled order each round; ratios are medians of the within-round ratios with a
 bootstrap 95% interval (`ratios.py`). The last two lines are
 
-    RePo/RoPE step=<ratio> memory=<ratio>              (MHA)
-    RePo/RoPE GQA step=<ratio> memory=<ratio>
+    RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>              (MHA)
+    RePo/RoPE GQA step=<ratio> memory=<ratio> decode=<ratio>
 
-Decoding is not timed here: OLMo-core's KV cache needs a flash backend (its torch backend has none); the vLLM
-benchmark (`bench/bench_vllm.py`) times decoding of the converted model. The ai2-olmo side's figures come from
-`make bench` (`bench/bench_repo.py`), in its own environment. `--json PATH` writes every measurement.
+Decoding (seconds per new token with the KV cache, prefill excluded) runs the same weights as transformers runs
+them after `scripts/core_convert_to_hf.py` (`repo_olmo2` / `olmo2`, sharing the OLMo-core model's tensors): OLMo-core
+itself decodes only with a flash backend (its torch backend has no KV cache), and a trained OLMo-core model is
+served from its HF conversion (transformers, or vLLM: `bench/bench_vllm.py`). The ai2-olmo side's figures come
+from `make bench` (`bench/bench_repo.py`), in its own environment. `--json PATH` writes every measurement.
 """
 
 from __future__ import annotations
@@ -25,17 +27,20 @@ import json
 import platform
 import random
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import peak_step_memory, timed
-from olmo_core.exceptions import OLMoConfigurationError
+from measure import peak_step_memory, sync, timed
 from olmo_core.nn.attention import AttentionBackendName
 from olmo_core.nn.transformer import TransformerConfig
 from ratios import median_ci, within_round
+from tqdm import tqdm
 
+from olmo_repo.hf.files import MODEL_CLASSES
 from olmo_repo.olmocore import with_position_modes
+from olmo_repo.olmocore.convert import hf_config_from_core, hf_state_from_core
 
 
 @dataclass(frozen=True)
@@ -47,13 +52,15 @@ class Size:
     vocab: int
     batch: int
     seq: int
+    prompt: int
+    new_tokens: int
     reps: int
 
 
 SIZES = {
-    "tiny": Size(64, 4, 2, 1, 128, 2, 32, 2),  # a smoke size for tests
-    "cpu": Size(2048, 16, 3, 1, 4096, 1, 512, 9),  # OLMo 2 1B width; RePo in 2 of 3 layers
-    "gpu-1b": Size(2048, 16, 16, 5, 100352, 4, 4096, 10),  # OLMo 2 1B, RePo in layers 5..15
+    "tiny": Size(64, 4, 2, 1, 128, 2, 32, 16, 4, 2),  # a smoke size for tests
+    "cpu": Size(2048, 16, 3, 1, 4096, 1, 512, 256, 16, 9),  # OLMo 2 1B width; RePo in 2 of 3 layers
+    "gpu-1b": Size(2048, 16, 16, 5, 100352, 4, 4096, 1024, 64, 10),  # OLMo 2 1B, RePo in layers 5..15
 }
 
 
@@ -82,6 +89,35 @@ def build(size: Size, pe_mode: str, kv_heads: int | None, device: str) -> torch.
     return model
 
 
+def as_hf(
+    model: torch.nn.Module, size: Size, pe_mode: str, kv_heads: int | None, device: str
+) -> torch.nn.Module:
+    """The converted model (`scripts/core_convert_to_hf.py`'s config and weight map), on `model`'s tensors."""
+    core = config(size, pe_mode, kv_heads, device)
+    hf_config = hf_config_from_core(core, eos_token_id=None, pad_token_id=None)
+    with torch.device(device):
+        hf = MODEL_CLASSES[type(hf_config)](hf_config)
+    state = hf_state_from_core(model.state_dict(), core.n_layers, core.tie_word_embeddings)
+    hf.load_state_dict(state, strict=True, assign=True)
+    return hf.eval()
+
+
+@torch.no_grad()
+def decode_time(hf: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, amp: torch.dtype | None) -> float:
+    """Seconds per generated token with the KV cache (prefill excluded)."""
+    device = prompt.device.type
+    with torch.autocast(device, dtype=amp or torch.float32, enabled=amp is not None):
+        out = hf(prompt, use_cache=True)
+        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(new_tokens):
+            out = hf(token, past_key_values=cache, use_cache=True)
+            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        sync(device)
+    return (time.perf_counter() - start) / new_tokens
+
+
 def step(model: torch.nn.Module, ids: torch.Tensor, amp: torch.dtype | None) -> None:
     with torch.autocast(ids.device.type, dtype=amp or torch.float32, enabled=amp is not None):
         logits = model(ids[:, :-1])
@@ -99,33 +135,34 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
         "rope-gqa": ("rope", kv),
         "repo-gqa": ("repo", kv),
     }
-    try:
-        config(size, "repo", kv, device)
-    except OLMoConfigurationError as e:  # a core without RePo for grouped-query attention (issue 28)
-        print(f"GQA left out: {e}")
-        variants = {k: v for k, v in variants.items() if not k.endswith("gqa")}
     models = {name: build(size, mode, heads, device) for name, (mode, heads) in variants.items()}
+    hf = {name: as_hf(models[name], size, mode, heads, device) for name, (mode, heads) in variants.items()}
     ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
-    for model in models.values():  # warm-up
+    prompt = torch.randint(0, size.vocab, (1, size.prompt), device=device)
+    for name, model in models.items():  # warm-up
         step(model, ids, amp)
+        decode_time(hf[name], prompt, 1, amp)
     times: dict[str, list[float]] = {name: [] for name in models}
+    decode: dict[str, list[float]] = {name: [] for name in models}
     order = list(models)
     rng = random.Random(0)
-    for _ in range(reps or size.reps):
+    for _ in tqdm(range(reps or size.reps), desc="steps and decodes, 4 models", unit="round"):
         rng.shuffle(order)
         for name in order:
             times[name].append(timed(lambda m=models[name]: step(m, ids, amp), device))
+        rng.shuffle(order)
+        for name in order:
+            decode[name].append(decode_time(hf[name], prompt, size.new_tokens, amp))
     memory = {name: peak_step_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
     out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
-           "memory": memory, "ratios": {}}  # fmt: skip
+           "decode_s_per_token": decode, "memory": memory, "ratios": {}}  # fmt: skip
     for repo, rope in (("repo", "rope"), ("repo-gqa", "rope-gqa")):
-        if repo not in times:
-            continue
         ratios = within_round(times[repo], times[rope])
         out["ratios"][repo] = {
             "step": statistics.median(ratios),
             "step_ci": median_ci(ratios),
             "memory": memory[repo] / memory[rope],
+            "decode": statistics.median(within_round(decode[repo], decode[rope])),
         }
     return out
 
@@ -135,19 +172,24 @@ def report(result: dict) -> str:
     for name, values in result["times"].items():
         lines.append(
             f"  {name:9s} step {statistics.median(values) * 1e3:9.2f} ms  peak {result['memory'][name] / 2**20:8.1f} MiB"
+            f"  decode {statistics.median(result['decode_s_per_token'][name]) * 1e3:8.2f} ms/token"
         )
+    for repo in ("repo", "repo-gqa"):
+        low, high = result["ratios"][repo]["step_ci"]
+        lines.append(f"  {repo}/rope step 95% interval {low:.4f}..{high:.4f}")
     for repo, label in (("repo", "RePo/RoPE"), ("repo-gqa", "RePo/RoPE GQA")):
-        if repo not in result["ratios"]:
-            continue
         r = result["ratios"][repo]
-        low, high = r["step_ci"]
-        lines.append(f"{label} step={r['step']:.4f} (95% {low:.4f}..{high:.4f}) memory={r['memory']:.4f}")
+        lines.append(f"{label} step={r['step']:.4f} memory={r['memory']:.4f} decode={r['decode']:.4f}")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=list(SIZES), default="cpu")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", choices=list(SIZES), default="cpu", help="model and batch shape (default: cpu)"
+    )
     parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
     parser.add_argument("--json", default=None, help="write every measurement to this file")
     args = parser.parse_args()

@@ -1,12 +1,15 @@
 """RePo vs RoPE vs NoPE, side by side in one process: step time, peak step memory, decode time per token.
 
-    .venv/bin/python bench/bench_repo.py --size cpu          # OLMo-2 1B layer width, a few layers, T=512
+    .venv/bin/python bench/bench_repo.py --size cpu,cpu-gqa  # OLMo-2 1B layer width, a few layers, T=512;
+                                                             # multi-head, then grouped-query (make bench)
     .venv/bin/python bench/bench_repo.py --size gpu-1b       # the full 1B shape at 4096 context (CUDA)
 
 Variants share the base weights and the inputs; repetitions are interleaved in a shuffled order each round,
 so drift of a shared machine hits every variant alike. `repo-reference` is RePo with the reference
 implementation's approach to rotation: per-head fp32 cos/sin tables [B, H, T, d] built by autograd and kept
-for backward (`olmo_repo.rope.rotate_reference`). The last printed line is
+for backward (`olmo_repo.rope.rotate_reference`). Several sizes run one after the other in the same process
+(`--size cpu,cpu-gqa`: multi-head and grouped-query attention) and end with a side-by-side table. The last
+printed line (one per size, named in brackets when there are several) is
 
     RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>
 
@@ -378,9 +381,30 @@ def report(result: dict) -> str:
                 + (f", accounted {accounted:.3f}" if accounted else "")
                 + f") memory={r['memory']:.3f} activations={r['activations']:.3f} decode={r['decode']:.3f}"
             )
-    r = result["ratios_vs_rope"]["repo"]
-    lines.append(f"RePo/RoPE step={r['step']:.3f} memory={r['memory']:.3f} decode={r['decode']:.3f}")
     return "\n".join(lines)
+
+
+def side_by_side(results: list[dict]) -> str:
+    """One row per size (multi-head and grouped-query shapes of one run): RePo/RoPE step, memory and decode."""
+    lines = [
+        "side by side, RePo/RoPE (step: median of within-round ratios, 95% CI; accounted: from the pieces):",
+        f"  {'size':<10}{'step (95% CI)':>24}{'accounted':>11}{'memory':>8}{'decode':>8}",
+    ]
+    for result in results:
+        r = result["ratios_vs_rope"]["repo"]
+        low, high = r["step_ci95"]
+        lines.append(
+            f"  {result['size']:<10}{r['step']:>9.3f} ({low:.3f}-{high:.3f}){result['accounted_step_ratio']['repo']:>11.3f}"
+            f"{r['memory']:>8.3f}{r['decode']:>8.3f}"
+        )
+    return "\n".join(lines)
+
+
+def summary(result: dict, named: bool) -> str:
+    """The last line(s): `RePo/RoPE step=... memory=... decode=...`, with ` [size]` when a run has several."""
+    r = result["ratios_vs_rope"]["repo"]
+    line = f"RePo/RoPE step={r['step']:.3f} memory={r['memory']:.3f} decode={r['decode']:.3f}"
+    return line + (f" [{result['size']}]" if named else "")
 
 
 def main() -> None:
@@ -388,7 +412,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--size", choices=sorted(SIZES), default="cpu", help="model and batch shape (default: cpu)"
+        "--size",
+        default="cpu",
+        help=f"model and batch shape, or several separated by commas, run one after the other in this process "
+        f"and compared side by side (e.g. cpu,cpu-gqa); one of {', '.join(sorted(SIZES))} (default: cpu)",
     )
     parser.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: per size)")
     parser.add_argument(
@@ -396,18 +423,29 @@ def main() -> None:
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="cpu or cuda (default: cuda if present)",
     )
-    parser.add_argument("--json", default=None, help="also write all measurements to this JSON file")
+    parser.add_argument(
+        "--json", default=None, help="also write all measurements to this JSON file ({size: measurements})"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="first print the per-op time RePo adds over RoPE in one step"
     )
     args = parser.parse_args()
-    if args.profile:
-        print(profile_difference(args.size, args.device))
-    result = run(args.size, args.reps, args.device)
+    sizes = args.size.split(",")
+    if unknown := [s for s in sizes if s not in SIZES]:
+        parser.error(f"--size: unknown {', '.join(unknown)}; choose from {', '.join(sorted(SIZES))}")
+    results = []
+    for size in sizes:
+        if args.profile:
+            print(profile_difference(size, args.device))
+        results.append(run(size, args.reps, args.device))
+        print(report(results[-1]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-    print(report(result))
+            json.dump({r["size"]: r for r in results}, f, indent=2)
+    if len(results) > 1:
+        print(side_by_side(results))
+    for result in results:
+        print(summary(result, named=len(results) > 1))
 
 
 if __name__ == "__main__":

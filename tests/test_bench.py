@@ -13,14 +13,14 @@ from .conftest import ROOT
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["tiny", "tiny-gqa"])  # multi-head and grouped-query attention
-def test_benchmark_smoke(tmp_path, size):
+def test_benchmark_smoke(tmp_path):
+    """Multi-head and grouped-query attention in one run (as `make bench` runs them), side by side."""
     out = tmp_path / "bench.json"
     cmd = [
         sys.executable,
         str(ROOT / "bench" / "bench_repo.py"),
         "--size",
-        size,
+        "tiny,tiny-gqa",
         "--reps",
         "2",
         "--json",
@@ -32,11 +32,20 @@ def test_benchmark_smoke(tmp_path, size):
     for phase in ("steps and decodes, 4 models: 100%", "pieces of a RePo layer: 100%"):  # progress, on stderr
         assert phase in proc.stderr
     assert "_Rotate" in proc.stdout  # RePo's rotation shows up among the added ops
-    last = proc.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"RePo/RoPE step=\d+\.\d{3} memory=\d+\.\d{3} decode=\d+\.\d{3}", last), last
-    result = json.loads(out.read_text())
-    assert set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
-    assert all(len(v) == 2 and min(v) > 0 for v in result["step_s"].values())
-    assert all(v > 0 for v in result["peak_step_memory_bytes"].values())
-    ratio = result["ratios_vs_rope"]["repo"]
-    assert f"step={ratio['step']:.3f}" in last
+    lines = proc.stdout.strip().splitlines()
+    results = json.loads(out.read_text())
+    assert list(results) == ["tiny", "tiny-gqa"]
+    table = lines.index(next(line for line in lines if line.startswith("side by side, RePo/RoPE")))
+    for i, (size, result) in enumerate(results.items()):
+        assert set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
+        assert all(len(v) == 2 and min(v) > 0 for v in result["step_s"].values())
+        assert all(v > 0 for v in result["peak_step_memory_bytes"].values())
+        ratio = result["ratios_vs_rope"]["repo"]
+        last = lines[-2 + i]
+        number = r"\d+\.\d{3}"
+        assert re.fullmatch(rf"RePo/RoPE step={number} memory={number} decode={number} \[{size}\]", last), (
+            last
+        )
+        assert f"step={ratio['step']:.3f}" in last and f"decode={ratio['decode']:.3f}" in last
+        row = lines[table + 2 + i].split()
+        assert row[0] == size and row[1] == f"{ratio['step']:.3f}" and row[-1] == f"{ratio['decode']:.3f}"

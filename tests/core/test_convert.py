@@ -19,7 +19,7 @@ from olmo_repo.olmocore.convert import core_config_from_hf
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
 from olmo_repo.rope import record_positions
 
-from .tiny import assert_within, olmo2_tiny
+from .tiny import assert_within, logit_roundings, olmo2_tiny
 
 TOKENIZER = {
     "identifier": str(BASE_DIR / "tokenizer.json"),
@@ -27,13 +27,6 @@ TOKENIZER = {
     "eos_token_id": 0,
     "pad_token_id": 1,
 }
-
-
-def _roundings(config, seq_len: int) -> int:
-    """Worst-case rounding count of the logits of an Olmo-2-shaped model (tests/numerics.py's count)."""
-    d, hidden = config.d_model, config.block.feed_forward.hidden_size
-    block = 8 * d + d // config.block.sequence_mixer.n_heads + seq_len + hidden + d // 8
-    return config.n_layers * block + 2 * d
 
 
 def _save_core(tmp_path, config, spread: float = 3000.0):
@@ -66,7 +59,7 @@ def test_repo_model_converts_to_repo_olmo2_with_the_same_logits_and_positions(tm
         logits = model(ids)
     with torch.no_grad():
         out = hf(ids, output_positions=True)
-    roundings = 2 * _roundings(config, 24)
+    roundings = 2 * logit_roundings(config, 24)
     assert_within(out.logits, logits, roundings=roundings, what="logits")
     assert sorted(out.positions) == sorted(positions) == [1, 2, 3]
     for layer, z in positions.items():
@@ -96,7 +89,7 @@ def test_demo_base_model_round_trips_and_matches_hf(tmp_path):
     ids = torch.randint(2, 4096, (1, 32))
     with torch.no_grad():
         assert_within(
-            model(ids), stock.float()(ids).logits, roundings=2 * _roundings(config, 32), what="logits"
+            model(ids), stock.float()(ids).logits, roundings=2 * logit_roundings(config, 32), what="logits"
         )
 
 
@@ -152,7 +145,7 @@ def test_olmo3_shape_converts_to_repo_olmo3_with_the_same_logits_and_positions(t
         out = hf(ids, output_positions=True)
         windowless = model.blocks["0"].attention.backend.window_size
     assert windowless != (-1, -1), "layer 0 slides"
-    roundings = 2 * _roundings(config, 24)
+    roundings = 2 * logit_roundings(config, 24)
     assert_within(out.logits, logits, roundings=roundings, what="logits")
     assert sorted(out.positions) == sorted(positions) == [1, 2, 3]
     for layer, z in positions.items():
@@ -186,9 +179,9 @@ def test_the_window_matters(tmp_path):
     ids = torch.randint(2, 4096, (1, 24))
     with torch.no_grad():
         core, windowed, unwindowed = model(ids), sliding(ids).logits, full.eval()(ids).logits
-    assert_within(windowed, core, roundings=2 * _roundings(config, 24), what="logits")
+    assert_within(windowed, core, roundings=2 * logit_roundings(config, 24), what="logits")
     assert (windowed[:, 4:] - unwindowed[:, 4:]).abs().amax() > 1e-2
-    within = 2 * _roundings(config, 24)  # the first 3 tokens see no farther than the window: same logits
+    within = 2 * logit_roundings(config, 24)  # the first 3 tokens see no farther than the window: same logits
     assert_within(windowed[:, :3], unwindowed[:, :3], roundings=within, what="logits within the window")
 
 

@@ -15,8 +15,7 @@ from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.rope import record_positions
 
-from .test_convert import _roundings
-from .tiny import assert_within
+from .tiny import assert_within, logit_roundings
 from .training import ROOT
 
 pytestmark = pytest.mark.slow  # a process of the ai2-olmo environment
@@ -40,7 +39,7 @@ def test_ai2_olmo_repo_model_has_the_same_logits_and_positions_on_olmo_core(tmp_
     model = checkpoint.load_model(core_dir).eval()
     with torch.no_grad(), record_positions(model) as positions:
         logits = model(reference["ids"])
-    roundings = 2 * _roundings(config, 24)
+    roundings = 2 * logit_roundings(config, 24)
     assert_within(logits, reference["logits"], roundings=roundings, what="logits")
     assert sorted(positions) == sorted(reference["positions"]) == [1, 2, 3]
     for layer, z in reference["positions"].items():

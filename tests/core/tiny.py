@@ -8,7 +8,7 @@ from olmo_repo.olmocore.attention import with_position_modes
 
 from ..bounds import assert_within
 
-__all__ = ["assert_within", "olmo2_tiny"]
+__all__ = ["assert_within", "logit_roundings", "olmo2_tiny"]
 
 
 def olmo2_tiny(
@@ -28,3 +28,10 @@ def olmo2_tiny(
     )
     config = TransformerConfig.llama_like(**{**base, **kwargs})
     return with_position_modes(config, pe_mode, pe_start_layer, pe_layer_ids)
+
+
+def logit_roundings(config: TransformerConfig, seq_len: int) -> int:
+    """Worst-case rounding count of the logits of an Olmo-2-shaped model (tests/numerics.py's count)."""
+    d, hidden = config.d_model, config.block.feed_forward.hidden_size
+    block = 8 * d + d // config.block.sequence_mixer.n_heads + seq_len + hidden + d // 8
+    return config.n_layers * block + 2 * d
