@@ -356,7 +356,7 @@ class RepoLayer:
         mixed = x.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type)
         if mixed and torch.is_grad_enabled():
             # Autograd would keep a low-precision copy of x and f_phi's fp32 activations, up to 2x the layer
-            # input's memory per RePo layer; recomputing them in backward is ~1% of its FLOPs.
+            # input's memory per RePo layer; recomputing them in backward costs f_phi's forward once more.
             z = checkpoint(self._f_phi, x, use_reentrant=False)
         else:
             z = self._f_phi(x)

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import signal
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -640,7 +641,15 @@ def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
         *(sys.executable, "-m", "lm_eval", "--model", "hf"),
         *("--model_args", f"pretrained={hf_dir},trust_remote_code=True,dtype=float32"),
         *("--tasks", "repo_tiny_mc,repo_tiny_gen", "--include_path", str(TASKS)),
-        *("--device", "cpu", "--batch_size", "4", "--output_path", str(tmp_path / "results")),
+        *(
+            "--device",
+            "cpu",
+            "--batch_size",
+            "4",
+            "--output_path",
+            str(tmp_path / "results"),
+            "--log_samples",
+        ),
     ]
     env = dict(
         os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules")
@@ -663,7 +672,29 @@ def test_converted_model_runs_under_lm_eval(tmp_path, tokenizer_file):
             scores.append(logprobs.gather(-1, ids[0, n_ctx:, None]).sum().item())
         correct += max(range(len(scores)), key=scores.__getitem__) == doc["answer"]
     assert results["repo_tiny_mc"]["acc,none"] == pytest.approx(correct / len(docs))
-    assert 0.0 <= results["repo_tiny_gen"]["exact_match,none"] <= 1.0
+
+    # The generation task: each continuation is the OLMo model's greedy one (8 tokens at most, cut at the
+    # task's stop strings), and the score is the share of exact matches.
+    (samples_file,) = (tmp_path / "results").rglob("samples_repo_tiny_gen_*.jsonl")
+    samples = sorted(
+        (json.loads(line) for line in samples_file.read_text().splitlines()), key=lambda r: r["doc_id"]
+    )
+    assert len(samples) == len(docs)
+    matches = []
+    for sample, doc in zip(samples, docs, strict=True):
+        ids = tok.encode(doc["context"]).ids
+        for _ in range(8):
+            with torch.no_grad():
+                token = olmo(torch.tensor([ids])).logits[0, -1].argmax().item()
+            if token == EOS:
+                break
+            ids.append(token)
+        text = tok.decode(ids[len(tok.encode(doc["context"]).ids) :])
+        text = re.split(r"[\n.]", text)[0]
+        assert sample["resps"][0][0].split("\n")[0].split(".")[0] == text, sample["doc_id"]
+        strip = lambda t: t.lower().translate(str.maketrans("", "", string.punctuation))  # noqa: E731
+        matches.append(strip(text) == strip(doc["choices"][doc["answer"]]))
+    assert results["repo_tiny_gen"]["exact_match,none"] == pytest.approx(sum(matches) / len(matches))
 
 
 def test_tied_embeddings_and_bf16(tmp_path, tokenizer_file):

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 
-from .modes import check_position_modes
+from .modes import PositionMode, check_position_modes
 
 __all__ = ["ROPE_TYPES", "RepoOlmo2Config", "check_repo_keys"]
 
@@ -94,7 +94,7 @@ def check_repo_keys(config: Any, ropes: dict[str, dict[str, Any]]) -> None:
     )
     for key, parameters in ropes.items():
         rope_type = parameters.get("rope_type", "default")
-        if config.pe_mode == "repo" and rope_type not in ROPE_TYPES:
+        if config.pe_mode == PositionMode.repo and rope_type not in ROPE_TYPES:
             raise ValueError(
                 f"{key}.rope_type={rope_type!r} cannot rotate RePo positions; allowed with "
                 f"pe_mode='repo': {', '.join(ROPE_TYPES)}"

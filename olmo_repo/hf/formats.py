@@ -188,7 +188,7 @@ def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
     stock, repo = _CONFIGS[model_type]
-    if model_type == repo.model_type or raw.get("pe_mode", "rope") != "rope":
+    if model_type == repo.model_type or raw.get("pe_mode", PositionMode.rope) != PositionMode.rope:
         config = repo.from_dict(raw)
         check_f_phi(shapes, config, str(hf_dir))
         return config

@@ -87,14 +87,14 @@ class RepoAttentionConfig(AttentionConfig):
             )
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None
-        if self.pe_mode == "rope":
+        if self.pe_mode == PositionMode.rope:
             return
         if self.name != AttentionType.default:
             raise OLMoConfigurationError(
                 f"{prefix}name={self.name}: pe_mode={self.pe_mode} needs the default attention (separate "
                 "w_q/w_k/w_v); set name: default"
             )
-        if self.pe_mode == "repo" and self.rope is None:
+        if self.pe_mode == PositionMode.repo and self.rope is None:
             raise OLMoConfigurationError(
                 f"{prefix}rope is unset: pe_mode=repo rotates by RoPE's frequencies (rope.theta); set rope"
             )
@@ -116,7 +116,7 @@ class RepoAttentionConfig(AttentionConfig):
         self.check(n_layers)
         mode = self.layer_modes(n_layers)[layer_idx]
         stock = self.stock()
-        if mode == "rope":
+        if mode == PositionMode.rope:
             return stock.build(
                 d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
             )
@@ -147,7 +147,7 @@ class RepoAttention(Attention, RepoLayer):
     def _prepare_qkv(self, x: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
         # The private step OLMo-core rotates in (3.0.0; canary: olmo_repo.upstream.olmo_core).
         q, k, v = super()._prepare_qkv(x, **kwargs)  # [B, T, H(kv), hd], q/k normed, not rotated
-        if self.pe_mode != "repo":
+        if self.pe_mode != PositionMode.repo:
             return q, k, v
         positions = self.predict_positions(x)  # [B, H_kv, T]
         if isinstance(

@@ -102,7 +102,7 @@ class BiasAndPositions(NamedTuple):
     """What the RePo block passes as `attention_bias`: OLMo's bias and the positions of this block."""
 
     bias: Tensor | None
-    positions: Tensor | None  # [B, H, T] fp32, RePo layers only
+    positions: Tensor | None  # [B, H_kv, T] fp32, RePo layers only
 
 
 def heads(block: OLMoBlock, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
