@@ -13,14 +13,17 @@ Parameters are counted on a model built on the meta device: no memory, any size.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from olmo.config import ModelConfig
 
+from .errors import RepoError
 from .modes import F_PHI_WEIGHTS
 from .registry import build_model
+from .tables import markdown_table
 
-__all__ = ["ParameterCount", "parameter_count", "training_flops"]
+__all__ = ["ParameterCount", "flops_table", "parameter_count", "training_flops"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,42 @@ def parameter_count(model_config: ModelConfig) -> ParameterCount:
 def training_flops(model_config: ModelConfig, tokens: float) -> float:
     """Training FLOPs of `model_config` on `tokens` tokens: 6 * (non-embedding parameters) * tokens."""
     return parameter_count(model_config).training_flops(tokens)
+
+
+def flops_table(config_paths: Sequence[str], tokens: float) -> str:
+    """A Markdown table of the training configs at `config_paths`: N, f_phi's parameters and share, and the
+    training FLOPs at `tokens` tokens without and with f_phi. `RepoError` naming a file that cannot be read."""
+    rows = []
+    for path in config_paths:
+        count = parameter_count(_model_config(path))
+        rows.append(
+            [
+                path,
+                f"{count.non_embedding:,}",
+                f"{count.repo:,}",
+                f"{100 * count.repo_overhead:.3g}%",
+                _sci(count.training_flops(tokens, with_repo=False)),
+                _sci(count.training_flops(tokens)),
+            ]
+        )
+    header = ["config", "N", "f_phi", "f_phi / rest", "FLOPs without f_phi", "FLOPs"]
+    return (
+        f"Training FLOPs at {_sci(tokens)} tokens (6 N D, N = non-embedding parameters)\n\n"
+        + markdown_table(header, rows)
+    )
+
+
+def _model_config(path: str) -> ModelConfig:
+    """The model of the training config `path`; RepoError naming the file when it cannot be read."""
+    from olmo.exceptions import OLMoConfigurationError
+
+    from .config import RepoTrainConfig
+
+    try:
+        return RepoTrainConfig.load(path, validate_paths=False).model
+    except (FileNotFoundError, OLMoConfigurationError, ValueError) as e:
+        raise RepoError(f"{path}: {e}") from None
+
+
+def _sci(x: float) -> str:
+    return f"{x:.3g}".replace("e+", "e")

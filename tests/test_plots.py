@@ -203,8 +203,8 @@ def test_plot_positions_command(tmp_path, tokenizer_file, capsys):
     assert plot_positions_main(args) == 0
 
     for bad, message in [
-        (["--layer", "0"], "--layer 0 is not a RePo layer of .*; RePo layers: \\[1, 2, 3\\]"),
-        (["--head", "4"], "--head 4 is out of range: the model has 4 heads"),
+        (["--layer", "0"], "layer 0 is not a RePo layer of .*; RePo layers: \\[1, 2, 3\\]"),
+        (["--head", "4"], "head 4 is out of range: the model has 4 key/value heads"),
     ]:
         other = tmp_path / "other.png"
         assert plot_positions_main([str(ckpt), "--text", TEXT, "--out", str(other), *bad]) == 1

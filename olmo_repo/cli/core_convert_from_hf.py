@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import RepoError
-from . import fail
+from . import run
 
 __all__ = ["main"]
+
+PROG = "core_convert_from_hf.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Convert an HF olmo2 / repo_olmo2 / olmo3 / repo_olmo3 / reference-format directory to a "
-        "model-only OLMo-core "
-        "checkpoint (model_and_optim/, config.json, tokenizer.json): the load_path of a configs/olmocore run."
+        "model-only OLMo-core checkpoint (model_and_optim/, config.json, tokenizer.json): the load_path of a "
+        "configs/olmocore run.",
     )
     parser.add_argument("--input", required=True, help="HF directory (config.json and safetensors)")
     parser.add_argument(
@@ -22,11 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
-    from ..olmocore.hf import hf_to_core
 
-    try:
-        out = hf_to_core(args.input, args.output, force=args.force)
-    except (RepoError, OSError, ValueError) as e:
-        return fail("core_convert_from_hf.py", e)
-    print(f"wrote {out}")
-    return 0
+    def convert() -> None:
+        from ..olmocore.hf import hf_to_core
+
+        print(f"wrote {hf_to_core(args.input, args.output, force=args.force)}")
+
+    return run(PROG, convert)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import RepoError
-from . import fail
+from ..dtypes import DTYPE_NAMES
+from . import run
 
 __all__ = ["main"]
+
+PROG = "core_convert_to_hf.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="Convert an OLMo-core checkpoint of this project (a run's stepN/ or a model-only one; the Olmo 2 "
         "or Olmo 3 shape) to a Hugging Face directory: repo_olmo2 (repo_olmo3 with sliding windows) with its "
-        "modeling code if a layer is RePo/NoPE, else olmo2 (olmo3)."
+        "modeling code if a layer is RePo/NoPE, else olmo2 (olmo3).",
     )
     parser.add_argument(
         "--input", required=True, help="checkpoint directory with model_and_optim/ and config.json"
@@ -24,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="replace --output if it exists")
     parser.add_argument(
-        "--dtype", choices=["bfloat16", "float16", "float32"], default=None, help="default: as stored"
+        "--dtype", choices=DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"
     )
     parser.add_argument(
         "--tokenizer",
@@ -32,13 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         help="tokenizer.json, a directory with one, or a Hub id (default: the config's)",
     )
     args = parser.parse_args(argv)
-    from ..olmocore.hf import core_to_hf
 
-    try:
+    def convert() -> None:
+        from ..olmocore.hf import core_to_hf
+
         out = core_to_hf(
             args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer
         )
-    except (RepoError, OSError, ValueError) as e:
-        return fail("core_convert_to_hf.py", e)
-    print(f"wrote {out}")
-    return 0
+        print(f"wrote {out}")
+
+    return run(PROG, convert)

@@ -5,6 +5,7 @@ links are relative to `links_from` (default: `out_dir`), the report's folder.
 
 - `attention_section`: attention mass on needle / query / other tokens of NIAH prompts, per model
 - `positions_section`: chunk patterns, spans against context length, and one head's positions, for a RePo model
+- `plot_head_positions`: one key/value head's positions for a text, as a PNG (`scripts/plot_positions.py`)
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ from .positions import (
     text_positions,
 )
 
-__all__ = ["NeedlePrompt", "Section", "attention_section", "positions_section"]
+__all__ = [
+    "PNG_SIGNATURE",
+    "NeedlePrompt",
+    "Section",
+    "attention_section",
+    "plot_head_positions",
+    "positions_section",
+]
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""The first bytes of every PNG file: what may be replaced with `force`."""
 
 
 @dataclass(frozen=True)
@@ -117,3 +128,49 @@ def positions_section(
         f"{span_table(spans)}\n\n" + "".join(f"![{f.stem}]({_link(f, links_from)})\n" for f in figures)
     )
     return Section(markdown, figures)
+
+
+def plot_head_positions(
+    model_dir: str | os.PathLike,
+    text: str,
+    out: Path,
+    *,
+    layer: int | None = None,
+    head: int = 0,
+    max_tokens: int = 256,
+    device: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Plot the positions that key/value head `head` of RePo layer `layer` (default: the first) predicts for the
+    first `max_tokens` tokens of `text` against the token index, each token as a label, into the PNG `out`
+    (replaced only with `force`, and only if it is a PNG). `model_dir`: an HF directory, or an unsharded OLMo
+    checkpoint of this project (converted on the fly). Grouped-query attention: one position per key/value
+    head, shared by its query heads. Raises ValueError naming the layer or head; nothing is written then."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..hf.convert import as_hf_dir
+    from ..integrity import require_model_dir
+    from ..output import check_replaceable_file
+
+    check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
+    require_model_dir(model_dir)  # missing, not a model or a damaged file: before anything loads
+    with as_hf_dir(model_dir) as hf_dir:
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    positions, tokens = text_positions(model, tokenizer, text, max_tokens)  # {layer: [H_kv, T]}
+    layer = min(positions) if layer is None else layer
+    if layer not in positions:
+        raise ValueError(
+            f"layer {layer} is not a RePo layer of {model_dir}; RePo layers: {sorted(positions)}"
+        )
+    n_heads = positions[layer].shape[0]
+    if not 0 <= head < n_heads:
+        raise ValueError(
+            f"head {head} is out of range: the model has {n_heads} key/value heads (0..{n_heads - 1}), one "
+            "position each"
+        )
+    z = positions[layer][head]  # [T]
+    title = f"{Path(model_dir).name}: layer {layer}, key/value head {head}, {len(tokens)} tokens, span {z.max() - z.min():.2f}"
+    return plots.plot_positions(z, tokens, out, title=title)

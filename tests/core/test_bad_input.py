@@ -63,3 +63,14 @@ def test_converters_refuse_the_other_trainers_checkpoint(tmp_path, capsys, olmo_
     assert core_convert_from_hf.main(["--input", str(olmo_checkpoint), "--output", str(out)]) == 1
     _one_line(capsys, "core_convert_from_hf.py", "olmo-ckpt")
     assert not out.exists()
+
+
+def test_converters_name_a_missing_input(tmp_path, capsys):
+    missing, out = tmp_path / "nowhere", tmp_path / "out"
+    for command, prog in (
+        (core_convert_to_hf, "core_convert_to_hf.py"),
+        (core_convert_from_hf, "core_convert_from_hf.py"),
+    ):
+        assert command.main(["--input", str(missing), "--output", str(out)]) == 1
+        _one_line(capsys, prog, str(missing))
+    assert not out.exists()
