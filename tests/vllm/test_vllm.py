@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from olmo_repo.hf import record_positions
-from olmo_repo.rope import RepoLayer, f_phi
+from olmo_repo.rope import RepoLayer, f_phi, repo_layers
 from olmo_repo.upstream import vllm as upstream
 
 from . import tiny
@@ -177,12 +177,48 @@ def check_against_hf(llm: Any, name: str, checkpoints, hf_reference, prefix_cach
         assert worst <= bound, f"{name}: prompt log-prob differs by {worst:.3g} > {bound:.3g}"
 
 
+def check_positions(llm: Any, name: str, checkpoints, hf_reference) -> None:
+    """The positions vLLM's RePo layers predict for the longest prompt (prefilled in one forward) equal HF's, each
+    key/value head's, within the fp32 bound of `logprob_bound`'s kind (relative error of the hidden states,
+    times the positions' size)."""
+    from vllm import SamplingParams
+
+    _, model = checkpoints[name]
+    ids = max(_prompts(), key=len)
+    with torch.no_grad(), record_positions(model) as expected:
+        model(torch.tensor([ids]))
+    llm.apply_model(tiny.start_recording_positions)
+    llm.generate([{"prompt_token_ids": ids}], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+    (recorded,) = llm.apply_model(tiny.stop_recording_positions)
+    prefill = {}
+    for layer, z in recorded:
+        prefill.setdefault(layer, z)  # the first forward is the prompt's
+    assert sorted(prefill) == sorted(expected) and expected, name
+    config, max_pos = model.config.to_dict(), hf_reference[name]["max_pos"]
+    eps = torch.finfo(torch.float32).eps
+    bound = (
+        4
+        * 2
+        * eps
+        * max_pos
+        * config["num_hidden_layers"]
+        * (math.sqrt(config["intermediate_size"]) + max_pos)
+    )
+    for layer, z in expected.items():
+        assert prefill[layer].shape == z[0].shape == (config["num_key_value_heads"], len(ids)), layer
+        worst = (prefill[layer] - z[0]).abs().max().item()
+        assert worst <= bound, f"{name}: layer {layer}'s positions differ by {worst:.3g} > {bound:.3g}"
+
+
 @pytest.mark.parametrize("switches", list(SWITCHES))
 @pytest.mark.parametrize("name", list(MODELS))
 def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, make_llm, name, switches):
+    """...and, without prefix caching (the prompt is computed in full), the positions of every RePo layer."""
     path, _ = checkpoints[name]
     llm = make_llm(path, trust_remote_code=bool(MODELS[name].get("remote_code")), **SWITCHES[switches])
     check_against_hf(llm, name, checkpoints, hf_reference, SWITCHES[switches]["enable_prefix_caching"])
+    if not SWITCHES[switches]["enable_prefix_caching"] and repo_layers(checkpoints[name][1]):
+        check_positions(llm, name, checkpoints, hf_reference)
 
 
 def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):

@@ -20,6 +20,7 @@ from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo3Config,
 from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE
 from olmo_repo.hf.formats import from_reference
 from olmo_repo.modes import layer_modes
+from olmo_repo.rope import repo_layers
 
 VOCAB, EOS, PAD = 384, 256, 257
 BASE = dict(
@@ -114,3 +115,23 @@ def save_reference(
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path / "model.safetensors")
     tokenizer().save_pretrained(path)
     return model.eval()
+
+
+def start_recording_positions(model: torch.nn.Module) -> None:
+    """Run in the engine (`LLM.apply_model`): from now on keep (layer id, positions [H_kv, T]) of every RePo layer's
+    forward, through the layer's observation point (`positions_out`)."""
+    recorded: list[tuple[int, torch.Tensor]] = []
+    model.recorded_positions = recorded
+    model.position_hooks = [
+        layer.positions_out.register_forward_hook(
+            lambda _m, _args, out, i=layer.layer_id: recorded.append((i, out.detach().float().cpu()))
+        )
+        for layer in repo_layers(model)
+    ]
+
+
+def stop_recording_positions(model: torch.nn.Module) -> list[tuple[int, torch.Tensor]]:
+    """Run in the engine: remove the hooks; what they kept, in call order."""
+    for hook in model.position_hooks:
+        hook.remove()
+    return model.recorded_positions
