@@ -9,9 +9,11 @@
   `samples.jsonl` in `request.out`, each file whole or not at all.
 
 An existing non-empty `out` is refused unless `overwrite`; then only `OUTPUTS` are replaced, nothing else
-there is touched. Nothing is written before the evaluation is done: an interrupted run leaves `out` as it was
-(a kill while the files are renamed into place leaves each file whole, the earlier run's or this one's), and a
-rerun of the same request writes the same bytes.
+there is touched. Nothing is written before the evaluation is done: an interrupted run leaves `out` as it was,
+and a rerun of the same request writes the same bytes. `results.json` is the record of a finished run: the files
+beside it are that run's. A run replacing an earlier one removes the earlier record first and writes its own
+last, so a kill while the files are renamed into place leaves each file whole and no record (an unfinished
+run, which the rerun completes), never one run's record beside another run's samples.
 """
 
 from __future__ import annotations
@@ -248,9 +250,10 @@ def results_table(results: dict[str, Any]) -> str:
 def write_results(request: EvalRequest, evaluation: Evaluation) -> list[Path]:
     """Write the evaluation's files into `request.out` (see the module docstring); returns their paths.
 
-    `results.json`, the record that the run finished, is renamed into place last. A previous run's output
-    that this run does not write (`samples.jsonl` after a suite run) is removed after it, and so are the
-    temporary files that a run killed while writing left."""
+    An earlier run's `results.json`, the record that a run finished, is removed before anything is replaced, and
+    this run's is renamed into place last. A previous run's output that this run does not write (`samples.jsonl`
+    after a suite run) is removed after it, and so are the temporary files that a run killed while writing
+    left."""
     out = request.out
     if not request.overwrite and out.is_dir() and (present := [n for n in OUTPUTS if (out / n).exists()]):
         raise RepoError(f"--out {out}: {', '.join(present)} appeared while this evaluation ran; not replaced")
@@ -259,6 +262,7 @@ def write_results(request: EvalRequest, evaluation: Evaluation) -> list[Path]:
         texts["samples.jsonl"] = "".join(json.dumps(r) + "\n" for r in evaluation.records)
     texts["results.md"] = results_table(evaluation.results)
     texts["results.json"] = json.dumps(evaluation.results, indent=2, default=str) + "\n"
+    (out / "results.json").unlink(missing_ok=True)  # the earlier run's record: its files are replaced now
     for name, text in texts.items():
         output.write_file(out / name, text)
     for name in OUTPUTS:
