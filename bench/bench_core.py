@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import peak_step_memory, sync, timed
+from measure import json_file, peak_step_memory, sync, timed
 from olmo_core.nn.attention import AttentionBackendName
 from olmo_core.nn.transformer import TransformerConfig
 from ratios import median_ci, within_round
@@ -191,7 +191,7 @@ def main() -> None:
         "--size", choices=list(SIZES), default="cpu", help="model and batch shape (default: cpu)"
     )
     parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
-    parser.add_argument("--json", default=None, help="write every measurement to this file")
+    parser.add_argument("--json", type=json_file, default=None, help="write every measurement to this file")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.size == "gpu-1b" and device != "cuda":

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import peak_step_memory, sync, timed
+from measure import json_file, peak_step_memory, sync, timed
 from olmo.model import OLMo
 from ratios import median_ci, within_round
 from tqdm import tqdm
@@ -424,7 +424,10 @@ def main() -> None:
         help="cpu or cuda (default: cuda if present)",
     )
     parser.add_argument(
-        "--json", default=None, help="also write all measurements to this JSON file ({size: measurements})"
+        "--json",
+        type=json_file,
+        default=None,
+        help="also write all measurements to this JSON file ({size: measurements})",
     )
     parser.add_argument(
         "--profile", action="store_true", help="first print the per-op time RePo adds over RoPE in one step"

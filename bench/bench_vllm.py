@@ -52,6 +52,7 @@ from tqdm import tqdm  # noqa: E402
 from transformers import Olmo2Config  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from measure import json_file  # noqa: E402
 from ratios import median_ci, within_round  # noqa: E402
 
 from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM  # noqa: E402
@@ -279,10 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma list of compiled (vLLM's default) and eager (enforce_eager)")  # fmt: skip
     parser.add_argument("--rounds", type=int,
                         help="timed rounds per mode, even: half with each engine built first (default: the size's)")  # fmt: skip
-    parser.add_argument("--json", help="also write every measurement here")
+    parser.add_argument("--json", type=json_file, help="also write every measurement here")
     args = parser.parse_args(argv)
-    if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
-        parser.error(f"--json {args.json}: not a file in an existing folder")
     size = SIZES[args.size]
     modes = args.modes.split(",")
     if unknown := set(modes) - {"compiled", "eager"}:

@@ -1,14 +1,23 @@
-"""Timing and memory of one step, side by side for the benchmarks (torch only: bench_repo.py in .venv,
-bench_core.py in .venv-core)."""
+"""What the benchmarks share (torch only: bench_repo.py in .venv, bench_core.py in .venv-core, bench_vllm.py in
+.venv-vllm): timing and memory of one step, and their `--json` argument, checked before anything runs."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-__all__ = ["peak_step_memory", "sync", "timed"]
+__all__ = ["json_file", "peak_step_memory", "sync", "timed"]
+
+
+def json_file(path: str) -> str:
+    """argparse `type` of `--json PATH`: a file in an existing folder (checked before minutes of measuring)."""
+    if Path(path).is_dir() or not Path(path).resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: not a file in an existing folder")
+    return path
 
 
 def sync(device: str) -> None:

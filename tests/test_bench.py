@@ -49,3 +49,17 @@ def test_benchmark_smoke(tmp_path):
         assert f"step={ratio['step']:.3f}" in last and f"decode={ratio['decode']:.3f}" in last
         row = lines[table + 2 + i].split()
         assert row[0] == size and row[1] == f"{ratio['step']:.3f}" and row[-1] == f"{ratio['decode']:.3f}"
+
+
+@pytest.mark.parametrize("args", [["--json", "/nonexistent/bench.json"], ["--size", "cpu,nope"]])
+def test_bad_arguments_stop_before_measuring(args):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_repo.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith("bench_repo.py: error: "), (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr and not proc.stdout
