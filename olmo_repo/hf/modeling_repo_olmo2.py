@@ -10,9 +10,13 @@ Deltas from `transformers.models.olmo2` (everything else is inherited unchanged)
   cache already rotated (by their own positions), so cached decoding equals a full forward. The rotation
   uses the inverse frequencies and attention factor of the config's RoPE (default, linear or YaRN), from an
   `Olmo2RotaryEmbedding` of the layer's own, exactly as the stock RoPE layers do.
-- `RepoOlmo2Model`: `Olmo2Model` with those attentions swapped in; `output_positions=True` adds the
-  positions of every RePo layer to the output (`positions`: {layer id: [B, H_kv, T] fp32}).
-- `RepoOlmo2ForCausalLM`: `Olmo2ForCausalLM` over a `RepoOlmo2Model`, with the same `output_positions`.
+- `RepoOlmo2Model`: `Olmo2Model` with those attentions swapped in (`RepoDecoderMixin`); `output_positions=True`
+  adds the positions of every RePo layer to the output (`positions`: {layer id: [B, H_kv, T] fp32}).
+- `RepoOlmo2ForCausalLM`: `Olmo2ForCausalLM` over a `RepoOlmo2Model` (`RepoCausalLMMixin`), with the same
+  `output_positions`.
+
+The three mixins hold all of it; OLMo 3's classes (`modeling_repo_olmo3.py`) are the same mixins over
+transformers' Olmo3.
 
 This file, `configuration_repo_olmo2.py`, `rope.py` and `modes.py` are copied into converted checkpoints as
 remote code, so it imports only torch, transformers and its neighbours (relative imports). Inside the
@@ -27,8 +31,9 @@ from typing import Any
 import torch.nn as nn
 from torch import Tensor
 from transformers.cache_utils import Cache
+from transformers.configuration_utils import PretrainedConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.models.olmo2.modeling_olmo2 import (
     Olmo2Attention,
     Olmo2ForCausalLM,
@@ -44,6 +49,8 @@ from .rope import RepoLayer, record_positions
 
 __all__ = [
     "RepoAttentionMixin",
+    "RepoCausalLMMixin",
+    "RepoDecoderMixin",
     "RepoOlmo2Attention",
     "RepoOlmo2CausalLMOutputWithPast",
     "RepoOlmo2ForCausalLM",
@@ -156,42 +163,62 @@ class RepoOlmo2CausalLMOutputWithPast(CausalLMOutputWithPast):
     positions: dict[int, Tensor] | None = None
 
 
-class RepoOlmo2PreTrainedModel(Olmo2PreTrainedModel):
-    config: RepoOlmo2Config
-    config_class = RepoOlmo2Config
+class RepoDecoderMixin:
+    """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`): its `nope`/`repo` layers
+    get `attention_class` in place of the stock attention its decoder layers built, and `output_positions=True`
+    returns `RepoOlmo2ModelOutputWithPast` (the stock output plus `positions`)."""
 
+    attention_class: type[nn.Module]
 
-class RepoOlmo2Model(RepoOlmo2PreTrainedModel, Olmo2Model):
-    """`Olmo2Model` whose `nope`/`repo` layers use `RepoOlmo2Attention`."""
-
-    def __init__(self, config: RepoOlmo2Config):
+    def __init__(self, config: PretrainedConfig):
         super().__init__(config)
         for i, mode in enumerate(layer_modes(config)):
-            if mode != PositionMode.rope:  # the stock attention built by Olmo2DecoderLayer is replaced
-                self.layers[i].self_attn = RepoOlmo2Attention(config, i)
+            if mode != PositionMode.rope:  # the stock attention built by the decoder layer is replaced
+                self.layers[i].self_attn = self.attention_class(config, i)
         self.post_init()  # initialises only the new modules
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """`Olmo2Model.forward`; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
+        """The stock decoder's forward; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
         return forward_with_positions(
             super().forward, self, RepoOlmo2ModelOutputWithPast, output_positions, args, kwargs
         )
 
 
-class RepoOlmo2ForCausalLM(RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
-    """`Olmo2ForCausalLM` over a `RepoOlmo2Model`."""
+class RepoCausalLMMixin:
+    """The causal LM of a RePo model, mixed into transformers' (`Olmo2ForCausalLM`, `Olmo3ForCausalLM`): built over
+    `decoder_class` directly, and `output_positions=True` returns `RepoOlmo2CausalLMOutputWithPast`."""
 
-    def __init__(self, config: RepoOlmo2Config):
-        # Olmo2ForCausalLM.__init__ would build a stock Olmo2Model first; build the RePo one directly. Restated
-        # from transformers 5.24.0 (canary: olmo_repo.upstream.transformers.CANARIES).
-        Olmo2PreTrainedModel.__init__(self, config)
-        self.model = RepoOlmo2Model(config)
+    decoder_class: type[nn.Module]
+
+    def __init__(self, config: PretrainedConfig):
+        # The stock __init__ would build a stock decoder first; build the RePo one directly. Restated from
+        # transformers 5.24.0's Olmo2ForCausalLM.__init__ and Olmo3ForCausalLM.__init__, which are the same
+        # (canaries: olmo_repo.upstream.transformers.CANARIES).
+        PreTrainedModel.__init__(self, config)
+        self.model = self.decoder_class(config)
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """`Olmo2ForCausalLM.forward`; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
+        """The stock forward; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
         return forward_with_positions(
             super().forward, self, RepoOlmo2CausalLMOutputWithPast, output_positions, args, kwargs
         )
+
+
+class RepoOlmo2PreTrainedModel(Olmo2PreTrainedModel):
+    config: RepoOlmo2Config
+    config_class = RepoOlmo2Config
+
+
+class RepoOlmo2Model(RepoDecoderMixin, RepoOlmo2PreTrainedModel, Olmo2Model):
+    """`Olmo2Model` whose `nope`/`repo` layers use `RepoOlmo2Attention`."""
+
+    attention_class = RepoOlmo2Attention
+
+
+class RepoOlmo2ForCausalLM(RepoCausalLMMixin, RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
+    """`Olmo2ForCausalLM` over a `RepoOlmo2Model`."""
+
+    decoder_class = RepoOlmo2Model

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.nn as nn
 from torch import Tensor
 from transformers.models.olmo3.modeling_olmo3 import (
     Olmo3Attention,
@@ -31,13 +30,7 @@ from transformers.models.olmo3.modeling_olmo3 import (
 )
 
 from .configuration_repo_olmo3 import RepoOlmo3Config
-from .modeling_repo_olmo2 import (
-    RepoAttentionMixin,
-    RepoOlmo2CausalLMOutputWithPast,
-    RepoOlmo2ModelOutputWithPast,
-    forward_with_positions,
-)
-from .modes import PositionMode, layer_modes
+from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin
 
 __all__ = ["RepoOlmo3Attention", "RepoOlmo3ForCausalLM", "RepoOlmo3Model"]
 
@@ -61,37 +54,13 @@ class RepoOlmo3PreTrainedModel(Olmo3PreTrainedModel):
     config_class = RepoOlmo3Config
 
 
-class RepoOlmo3Model(RepoOlmo3PreTrainedModel, Olmo3Model):
+class RepoOlmo3Model(RepoDecoderMixin, RepoOlmo3PreTrainedModel, Olmo3Model):
     """`Olmo3Model` whose `nope`/`repo` layers use `RepoOlmo3Attention`."""
 
-    def __init__(self, config: RepoOlmo3Config):
-        super().__init__(config)
-        for i, mode in enumerate(layer_modes(config)):
-            if mode != PositionMode.rope:
-                self.layers[i].self_attn = RepoOlmo3Attention(config, i)
-        self.post_init()
-
-    def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """`Olmo3Model.forward`; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
-        return forward_with_positions(
-            super().forward, self, RepoOlmo2ModelOutputWithPast, output_positions, args, kwargs
-        )
+    attention_class = RepoOlmo3Attention
 
 
-class RepoOlmo3ForCausalLM(RepoOlmo3PreTrainedModel, Olmo3ForCausalLM):
+class RepoOlmo3ForCausalLM(RepoCausalLMMixin, RepoOlmo3PreTrainedModel, Olmo3ForCausalLM):
     """`Olmo3ForCausalLM` over a `RepoOlmo3Model`."""
 
-    def __init__(self, config: RepoOlmo3Config):
-        # As RepoOlmo2ForCausalLM: Olmo3ForCausalLM.__init__ restated (transformers 5.24.0; canary) with the RePo
-        # model built directly.
-        Olmo3PreTrainedModel.__init__(self, config)
-        self.model = RepoOlmo3Model(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """`Olmo3ForCausalLM.forward`; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
-        return forward_with_positions(
-            super().forward, self, RepoOlmo2CausalLMOutputWithPast, output_positions, args, kwargs
-        )
+    decoder_class = RepoOlmo3Model

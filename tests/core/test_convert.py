@@ -43,17 +43,9 @@ def _save_core(tmp_path, config, spread: float = 3000.0):
     return model.eval(), out
 
 
-@pytest.mark.parametrize("kv_heads", [None, 2])
-def test_repo_model_converts_to_repo_olmo2_with_the_same_logits_and_positions(tmp_path, kv_heads):
-    """OLMo-core RePo model -> `repo_olmo2` (remote code included): logits and positions of HF equal OLMo-core's
-    in fp32 within the rounding bound; back to OLMo-core bit-exact."""
-    config = olmo2_tiny("repo", 1, vocab_size=4096, n_kv_heads=kv_heads)
-    model, core_dir = _save_core(tmp_path, config)
-    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
-    saved = json.loads((hf_dir / "config.json").read_text())
-    assert saved["model_type"] == "repo_olmo2" and saved["pe_start_layer"] == 1
-    assert (hf_dir / "modeling_repo_olmo2.py").is_file() and (hf_dir / "rope.py").is_file()
-    hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
+def _assert_same_model(hf, model, config, kv_heads: int | None) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """HF's logits and positions (RePo layers 1-3) equal OLMo-core's in fp32 on random ids [2, 24]; returns the
+    ids, HF's logits and the rounding count of the bound."""
     ids = torch.randint(2, 4096, (2, 24))
     with torch.no_grad(), record_positions(model) as positions:
         logits = model(ids)
@@ -65,10 +57,29 @@ def test_repo_model_converts_to_repo_olmo2_with_the_same_logits_and_positions(tm
     for layer, z in positions.items():
         assert z.shape == (2, kv_heads or 4, 24) and z.abs().max() > 1.0
         assert_within(out.positions[layer], z, roundings=roundings, what=f"positions of layer {layer}")
-    back = hf_to_core(hf_dir, tmp_path / "back")
-    again = checkpoint.state_dict(checkpoint.load_model(back))
+    return ids, out.logits, roundings
+
+
+def _assert_round_trip(hf_dir, model, tmp_path) -> None:
+    """The HF directory back to OLMo-core: every tensor of `model`, bit-exact."""
+    again = checkpoint.state_dict(checkpoint.load_model(hf_to_core(hf_dir, tmp_path / "back")))
     for name, tensor in checkpoint.state_dict(model).items():
         assert torch.equal(again[name], tensor), name
+
+
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_repo_model_converts_to_repo_olmo2_with_the_same_logits_and_positions(tmp_path, kv_heads):
+    """OLMo-core RePo model -> `repo_olmo2` (remote code included): logits and positions of HF equal OLMo-core's
+    in fp32 within the rounding bound; back to OLMo-core bit-exact."""
+    config = olmo2_tiny("repo", 1, vocab_size=4096, n_kv_heads=kv_heads)
+    model, core_dir = _save_core(tmp_path, config)
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    saved = json.loads((hf_dir / "config.json").read_text())
+    assert saved["model_type"] == "repo_olmo2" and saved["pe_start_layer"] == 1
+    assert (hf_dir / "modeling_repo_olmo2.py").is_file() and (hf_dir / "rope.py").is_file()
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
+    _assert_same_model(hf, model, config, kv_heads)
+    _assert_round_trip(hf_dir, model, tmp_path)
 
 
 def test_demo_base_model_round_trips_and_matches_hf(tmp_path):
@@ -138,19 +149,8 @@ def test_olmo3_shape_converts_to_repo_olmo3_with_the_same_logits_and_positions(t
         assert (hf_dir / name).is_file(), name
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
     assert type(hf).__name__ == "RepoOlmo3ForCausalLM"
-    ids = torch.randint(2, 4096, (2, 24))
-    with torch.no_grad(), record_positions(model) as positions:
-        logits = model(ids)
-    with torch.no_grad():
-        out = hf(ids, output_positions=True)
-        windowless = model.blocks["0"].attention.backend.window_size
-    assert windowless != (-1, -1), "layer 0 slides"
-    roundings = 2 * logit_roundings(config, 24)
-    assert_within(out.logits, logits, roundings=roundings, what="logits")
-    assert sorted(out.positions) == sorted(positions) == [1, 2, 3]
-    for layer, z in positions.items():
-        assert z.shape == (2, kv_heads or 4, 24) and z.abs().max() > 1.0
-        assert_within(out.positions[layer], z, roundings=roundings, what=f"positions of layer {layer}")
+    assert model.blocks["0"].attention.backend.window_size != (-1, -1), "layer 0 slides"
+    ids, logits, roundings = _assert_same_model(hf, model, config, kv_heads)
     with (
         torch.no_grad()
     ):  # the sliding layers' cache keeps only the window, of keys rotated by their positions
@@ -160,11 +160,8 @@ def test_olmo3_shape_converts_to_repo_olmo3_with_the_same_logits_and_positions(t
             step = hf(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
             cache = step.past_key_values
             decoded.append(step.logits)
-    assert_within(torch.cat(decoded, 1), out.logits, roundings=roundings, what="cached decoding")
-    back = hf_to_core(hf_dir, tmp_path / "back")
-    again = checkpoint.state_dict(checkpoint.load_model(back))
-    for name, tensor in checkpoint.state_dict(model).items():
-        assert torch.equal(again[name], tensor), name
+    assert_within(torch.cat(decoded, 1), logits, roundings=roundings, what="cached decoding")
+    _assert_round_trip(hf_dir, model, tmp_path)
 
 
 def test_the_window_matters(tmp_path):
