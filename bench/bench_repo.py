@@ -71,8 +71,9 @@ SIZES = {
     "cpu": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9),
     # The same with grouped-query attention, 4 query heads per key/value head (OLMo 2 32B has 5).
     "cpu-gqa": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9, n_kv_heads=4),
-    # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15.
+    # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15; and with 4 key/value heads.
     "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10),
+    "gpu-1b-gqa": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10, n_kv_heads=4),
 }
 
 

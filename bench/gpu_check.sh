@@ -64,7 +64,7 @@ print("GPU-only remainder: nccl", dist.is_nccl_available(), "| bf16 autocast", t
       "| flash-attn", importlib.util.find_spec("flash_attn") is not None, "| torch.compile on CUDA: tested below")
 PY
 python3 -m pytest -q -rs -p no:cacheprovider tests/test_train_gpu.py 2>&1 | tee -a "$OUT/tests.log" || true
-python3 bench/bench_repo.py --size gpu-1b --profile --json "$OUT/bench-gpu.json" 2>&1 | tee "$OUT/bench.log"
+python3 bench/bench_repo.py --size gpu-1b,gpu-1b-gqa --profile --json "$OUT/bench-gpu.json" 2>&1 | tee "$OUT/bench.log"
 # vLLM at the 1B shape, bf16, RePo vs RoPE (bench/bench_vllm.py): only where the image has vllm 0.32 (its wheel is
 # far over what travels to the device) and this checkout is pip-installed there (the plugin's entry point).
 if python3 -c 'import vllm' 2>/dev/null; then
