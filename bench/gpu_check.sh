@@ -7,7 +7,7 @@
 # Copy the repository with .whl/ to the GPU machine in between if it has no PyPI. About 8 minutes on one H200. FSDP itself runs in the CPU suite (gloo); this run covers what only a GPU has,
 # tests/test_train_gpu.py: nccl with FSDP and CUDA autocast (amp_bf16) through scripts/train.py, flash-attn
 # (when the image has it: it is built against the image's torch, so no wheel travels), the bf16 GEMMs of
-# f_phi, torch.compile of the rotation on CUDA; then `bench_repo.py --size gpu-1b --profile`.
+# f_phi, torch.compile of the rotation on CUDA; then `bench_repo.py --size gpu-1b,gpu-1b-gqa --profile`.
 #
 # Results go to $OUT (default ./gpu-out): tests.log, bench.log, bench-gpu.json. The image is assumed to hold
 # torch, numpy, transformers, pandas, pyarrow, scikit-learn, torchmetrics and pytest already; everything else
