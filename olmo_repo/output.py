@@ -3,8 +3,8 @@
 - `write_file`: write a file whole or not at all (a temporary file beside it, renamed into place).
 - `staged_dir`: write a folder whole or not at all.
 - `check_replaceable` / `check_replaceable_file`: what `--force` (or `--overwrite`) may replace. A folder is
-  this project's output when every entry in it has a name this project writes (`OUTPUT_NAMES`: an HF
-  conversion, an unsharded checkpoint, an eval's results); anything else in it is the user's, and the
+  this project's output when every entry in it has a name this project writes (`OUTPUT_NAMES`,
+  `OUTPUT_FOLDERS`: an HF conversion, an unsharded or model-only OLMo-core checkpoint, an eval's results); anything else in it is the user's, and the
   overwrite is refused with one line naming those files. Recognising outputs by name (rather than by a
   marker) also accepts what earlier versions wrote.
 - `check_distinct`: an output is not its own input.
@@ -26,6 +26,7 @@ from pathlib import Path
 from .errors import RepoError
 
 __all__ = [
+    "OUTPUT_FOLDERS",
     "OUTPUT_NAMES",
     "check_distinct",
     "check_replaceable",
@@ -51,6 +52,8 @@ OUTPUT_NAMES = (
     "merges.txt",
     "configuration_repo_olmo2.py",
     "modeling_repo_olmo2.py",
+    "configuration_repo_olmo3.py",
+    "modeling_repo_olmo3.py",
     "rope.py",
     "modes.py",
     # an unsharded OLMo checkpoint (convert_from_hf, unshard)
@@ -63,6 +66,9 @@ OUTPUT_NAMES = (
     "results.md",
     "samples.jsonl",
 )
+OUTPUT_FOLDERS = ("model_and_optim",)
+"""The sub-folders this project writes into an output folder: a model-only OLMo-core checkpoint's weights
+(scripts/core_convert_from_hf.py; beside its config.json and tokenizer.json)."""
 
 
 def foreign_entries(folder: str | PathLike) -> list[str]:
@@ -70,7 +76,11 @@ def foreign_entries(folder: str | PathLike) -> list[str]:
     return sorted(
         entry.name + ("/" if entry.is_dir() else "")
         for entry in Path(folder).iterdir()
-        if entry.is_dir() or not any(fnmatch.fnmatchcase(entry.name, p) for p in OUTPUT_NAMES)
+        if (
+            entry.name not in OUTPUT_FOLDERS
+            if entry.is_dir()
+            else not any(fnmatch.fnmatchcase(entry.name, p) for p in OUTPUT_NAMES)
+        )
     )
 
 

@@ -247,6 +247,19 @@ def test_yarn_applies_to_rope_layers_and_repo_positions(tmp_path, tokenizer_file
 
 # ------------------------------------------------------------------------------------------- remote code
 
+
+def test_every_remote_code_file_is_an_output_name():
+    """What a converter writes, a rerun with --force may replace (olmo_repo.output): nothing it copies is taken for
+    a user's file."""
+    import fnmatch
+
+    from olmo_repo.hf.files import REMOTE_CODE
+    from olmo_repo.output import OUTPUT_NAMES
+
+    names = {name for files in REMOTE_CODE.values() for name in files}
+    assert {"modeling_repo_olmo3.py", "modeling_repo_olmo2.py", "rope.py"} <= names
+    assert all(any(fnmatch.fnmatchcase(n, p) for p in OUTPUT_NAMES) for n in names), names
+
 _BLOCKER = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):

@@ -212,3 +212,33 @@ def test_olmo3_with_different_ropes_per_layer_type_is_refused_naming_the_key(tmp
     ):
         hf_to_core(tmp_path / "hf", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_conversion_rerun_with_force_writes_the_same_and_without_refuses(tmp_path):
+    """Both directions (Olmo 3 shape, GQA): a rerun without --force refuses and changes nothing; with --force it
+    writes the same bytes (torch.distributed.checkpoint's .metadata aside: it holds a new save id and the
+    staging path; what it describes, and every tensor, is the same)."""
+    import pickle
+
+    model, core_dir = _save_core(tmp_path, _olmo3_tiny("repo", 2))
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    first = _files(hf_dir)
+    with pytest.raises(FileExistsError, match="pass --force"):
+        core_to_hf(core_dir, hf_dir)
+    assert _files(hf_dir) == first
+    assert _files(core_to_hf(core_dir, hf_dir, force=True)) == first
+
+    back = hf_to_core(hf_dir, tmp_path / "back")
+    first = _files(back)
+    with pytest.raises(FileExistsError, match="pass --force"):
+        hf_to_core(hf_dir, back)
+    assert _files(back) == first
+    again = _files(hf_to_core(hf_dir, back, force=True))
+    metadata = "model_and_optim/.metadata"
+    described = [pickle.loads(files.pop(metadata)).state_dict_metadata for files in (first, again)]
+    assert again == first and described[0] == described[1]
+    _assert_round_trip(hf_dir, model, tmp_path / "again")
