@@ -102,8 +102,9 @@ bench-vllm: install-vllm
 # Its own environment: ai2-olmo 0.6.0 pins ai2-olmo-core==0.1.0. torch 2.13.0 first, then OLMo-core 3.0.0 with
 # torch pinned in the same command (OLMo-core allows torch<2.14: nothing may pull another build), numpy 2 as tested,
 # the project's dependencies minus torch, numpy and ai2-olmo, the eval extra (in-loop NIAH uses lm-eval's RULER
-# generator) and pytest; then the project itself without its pins (--no-deps). ai2-olmo is absent there:
-# `import olmo_repo`, `olmo_repo.hf` and `olmo_repo.olmocore` work; the ai2-olmo side is not imported.
+# generator), pytest and moto (the S3 test's server); then the project itself without its pins (--no-deps).
+# ai2-olmo is absent there: `import olmo_repo`, `olmo_repo.hf` and `olmo_repo.olmocore` work; the ai2-olmo side
+# is not imported.
 CORE_VENV := .venv-core
 CBIN := $(CORE_VENV)/bin
 CORE_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
@@ -117,7 +118,7 @@ $(CORE_VENV)/.installed: pyproject.toml
 	$(CBIN)/pip install --upgrade pip
 	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
 	$(CBIN)/pip install ai2-olmo-core==3.0.0 torch==2.13.0 numpy==2.4.6 dataclass-extensions==0.5.0 \
-		$(CORE_DEPS) pytest==9.2.0 psutil==7.2.2
+		$(CORE_DEPS) pytest==9.2.0 psutil==7.2.2 'moto[server]==5.2.5'
 	$(CBIN)/pip install --no-deps -e .
 	touch $@
 

@@ -108,12 +108,12 @@ def decode_time(hf: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, amp:
     device = prompt.device.type
     with torch.autocast(device, dtype=amp or torch.float32, enabled=amp is not None):
         out = hf(prompt, use_cache=True)
-        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        cache, token = out.cache, out.logits[:, -1:].argmax(-1)
         sync(device)
         start = time.perf_counter()
         for _ in range(new_tokens):
-            out = hf(token, past_key_values=cache, use_cache=True)
-            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            out = hf(token, cache=cache, use_cache=True)
+            cache, token = out.cache, out.logits[:, -1:].argmax(-1)
         sync(device)
     return (time.perf_counter() - start) / new_tokens
 

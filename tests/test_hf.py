@@ -260,6 +260,7 @@ def test_every_remote_code_file_is_an_output_name():
     assert {"modeling_repo_olmo3.py", "modeling_repo_olmo2.py", "rope.py"} <= names
     assert all(any(fnmatch.fnmatchcase(n, p) for p in OUTPUT_NAMES) for n in names), names
 
+
 _BLOCKER = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):

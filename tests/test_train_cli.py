@@ -7,7 +7,6 @@ import gzip
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from .s3_server import loopback_s3
 from .training import (
     STAGE1,
     STAGE2_REPO,
     TRAIN_SCRIPT,
     cli,
-    free_port,
     losses,
     small,
     stop_with_sigusr1,
@@ -140,33 +139,8 @@ def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
 
 @pytest.fixture
 def s3_server():
-    """A real S3-compatible server (moto) on loopback; yields the environment that points boto3 at it."""
-    port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "OLMO_NO_SSL": "1",
-    }
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                time.sleep(0.1)
+    with loopback_s3() as env:
         yield env
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def test_s3_remote_save_folder_upload_and_resume(tmp_path, s3_server, monkeypatch):

@@ -15,7 +15,8 @@ with these differences:
   (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
   continued for the base.
 - `train/positions/layer{i}/{min,max,std}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
-- `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again).
+- `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again); for a remote save
+  folder, under the working directory (`MetricsFileCallback`).
 - SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
   (`scripts/slurm/train-core-*.sbatch`). OLMo-core itself stops the same way on SIGTERM and SIGINT.
 
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from olmo_core.data import NumpyDatasetConfig
@@ -92,9 +94,21 @@ def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
     return [] if mix is not None else [str(p) for p in paths]
 
 
+_BUCKETS = ("s3", "r2", "weka", "gs")  # the object stores of olmo_core.io
+
+
 def check_experiment(config: ExperimentConfig) -> None:
     """What can be checked before a process group starts; `RepoError`/`OLMoConfigurationError` naming the key
     or file."""
+    save = str(config.trainer.save_folder)
+    url = urlparse(save)
+    if is_url(save) and url.scheme in _BUCKETS and "/" not in url.path.strip("/"):
+        # OLMo-core clears a step's temporary folder before writing it, and refuses to clear one less than two
+        # folders below a bucket's root: the first checkpoint would fail after the run started.
+        raise RepoError(
+            f"--save-folder={save}: OLMo-core saves into a bucket only two or more folders below its root; "
+            f"use e.g. {url.scheme}://{url.netloc}/runs/{url.path.strip('/') or 'NAME'}"
+        )
     model = config.model
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
@@ -111,14 +125,21 @@ def check_experiment(config: ExperimentConfig) -> None:
 @dataclass
 class MetricsFileCallback(Callback):
     """Rank 0 appends every logged step to `save_folder/metrics.jsonl` ({"step": N, name: value, ...}, full
-    precision; `work_dir/metrics.jsonl` when the save folder is remote, e.g. s3://). On a resume the records
-    after the checkpoint's step are dropped first: each step appears once, from the run that went on from it."""
+    precision). For a remote save folder the file stays local, named after it under the working directory:
+    `s3://bucket/runs/a` -> `work_dir/metrics/s3/bucket/runs/a/metrics.jsonl` (OLMo-core's default working
+    directory is shared by every remote run). On a resume the records after the checkpoint's step are dropped
+    first: each step appears once, from the run that went on from it."""
 
     fname: str = "metrics.jsonl"
 
     def _path(self) -> Path:
         folder = self.trainer.save_folder
-        return Path(self.trainer.work_dir if is_url(folder) else folder) / self.fname
+        if not is_url(folder):
+            return Path(folder) / self.fname
+        url = urlparse(folder)
+        path = Path(self.trainer.work_dir, "metrics", url.scheme, url.netloc, url.path.strip("/"), self.fname)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def pre_train(self) -> None:
         if self.trainer.dp_process_group is not None and torch.distributed.get_rank() != 0:

@@ -35,6 +35,7 @@ def _one_line(capsys, prog: str, says: str) -> None:
         (["--model.block.sequence_mixer.n_kv_heads=3"], "model.block.sequence_mixer.n_kv_heads=3"),
         ([], "does not exist (pass --data-root"),
         (["--load_path={olmo}"], "ai2-olmo checkpoint"),
+        (["--save-folder=s3://bucket/run"], "use e.g. s3://bucket/runs/run"),
     ],
 )
 def test_core_train_refuses_before_anything_is_written(tmp_path, capsys, olmo_checkpoint, args, says):
@@ -44,6 +45,7 @@ def test_core_train_refuses_before_anything_is_written(tmp_path, capsys, olmo_ch
         (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
     save = tmp_path / "run"
     argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}"]
+    # A second --save-folder in `args` wins over the first.
     assert core_train.main(argv + [a.format(olmo=olmo_checkpoint) for a in args]) == 1
     _one_line(capsys, "core_train.py", says)
     assert not save.exists()

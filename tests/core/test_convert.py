@@ -155,10 +155,10 @@ def test_olmo3_shape_converts_to_repo_olmo3_with_the_same_logits_and_positions(t
         torch.no_grad()
     ):  # the sliding layers' cache keeps only the window, of keys rotated by their positions
         step = hf(ids[:, :10], use_cache=True)
-        cache, decoded = step.past_key_values, [step.logits]
+        cache, decoded = step.cache, [step.logits]
         for t in range(10, 24):
-            step = hf(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-            cache = step.past_key_values
+            step = hf(ids[:, t : t + 1], cache=cache, use_cache=True)
+            cache = step.cache
             decoded.append(step.logits)
     assert_within(torch.cat(decoded, 1), logits, roundings=roundings, what="cached decoding")
     _assert_round_trip(hf_dir, model, tmp_path)

@@ -19,6 +19,7 @@ from olmo_repo.demo import BASE_DIR
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.olmocore.stage1 import is_f_phi_key
 
+from ..s3_server import loopback_s3
 from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint
 
 pytestmark = pytest.mark.slow  # three two-process training runs
@@ -26,24 +27,24 @@ pytestmark = pytest.mark.slow  # three two-process training runs
 STEPS = 8  # the kill lands while the run has steps to go, even on a loaded machine
 
 
-def _command(save_folder: Path, data: Path, stage1: Path) -> list[str]:
+def _command(save_folder: Path | str, data: Path, stage1: Path | str, steps: int = STEPS) -> list[str]:
     torchrun = Path(sys.executable).with_name("torchrun")
     return [
         str(torchrun), "--nproc-per-node=2", "--standalone", str(ROOT / "scripts" / "core_train.py"), str(TINY),
         f"--save-folder={save_folder}", f"--data-root={data}", f"--load_path={stage1}",
-        f"--trainer.max_duration.value={STEPS}", "--trainer.callbacks.checkpointer.save_interval=2",
+        f"--trainer.max_duration.value={steps}", "--trainer.callbacks.checkpointer.save_interval=2",
         "--trainer.callbacks.checkpointer.max_checkpoints=10",  # step 0 is compared with the stage-1 start
         "--trainer.callbacks.niah.enabled=false",  # in-loop NIAH: test_stage1.py
     ]  # fmt: skip
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", **extra}
 
 
-def _run(command: list[str], log: Path) -> None:
+def _run(command: list[str], log: Path, **env: str) -> None:
     with log.open("a") as out:
-        done = subprocess.run(command, env=_env(), stdout=out, stderr=subprocess.STDOUT, timeout=900)
+        done = subprocess.run(command, env=_env(**env), stdout=out, stderr=subprocess.STDOUT, timeout=900)
     assert done.returncode == 0, log.read_text()[-3000:]
 
 
@@ -103,3 +104,38 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
     assert sorted(a) == sorted(b) and max(a) == STEPS
     for step in range(1, STEPS + 1):
         assert b[step]["train/CE loss"] == a[step]["train/CE loss"], step
+
+
+def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
+    """OLMo-core's own S3 I/O against a real S3-compatible server: stage-1 initialisation from an s3:// load_path,
+    checkpoints written to an s3:// save folder, and a rerun that resumes from the bucket."""
+    import boto3
+
+    data, stage1 = inputs
+    work, log = tmp_path / "work", tmp_path / "s3.log"
+    with loopback_s3() as env:
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"],
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+        s3.create_bucket(Bucket="ckpts")
+        for file in (f for f in stage1.rglob("*") if f.is_file()):
+            s3.upload_file(str(file), "ckpts", f"stage1/{file.relative_to(stage1)}")
+
+        def run(steps: int) -> str:
+            command = _command("s3://ckpts/runs/tiny", data, "s3://ckpts/stage1", steps)
+            _run([*command, f"--work-dir={work}"], log, **env)
+            return log.read_text()
+
+        text = run(4)
+        assert "Initialising from s3://ckpts/stage1" in text, text[-3000:]
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]}
+        assert {f"runs/tiny/step{step}/model_and_optim/.metadata" for step in (2, 4)} <= keys
+
+        text = run(6)
+        # Resumed from the bucket, not restarted from stage 1.
+        assert "Loading checkpoint from 's3://ckpts/runs/tiny/step4'" in text, text[-3000:]
+        assert "runs/tiny/step6/model_and_optim/.metadata" in {
+            o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]
+        }
+    # The metrics stay local, named after the remote save folder; every step once across the two runs.
+    steps = metrics(work / "metrics" / "s3" / "ckpts" / "runs" / "tiny")
+    assert sorted(steps) == list(range(7)) and all("train/CE loss" in steps[s] for s in range(1, 7))
