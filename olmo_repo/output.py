@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fnmatch
+import glob
 import os
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ __all__ = [
     "check_replaceable",
     "check_replaceable_file",
     "foreign_entries",
+    "remove_partials",
     "staged_dir",
     "write_file",
 ]
@@ -153,6 +155,16 @@ def write_file(path: str | PathLike, data: bytes | str) -> Path:
         staged.unlink(missing_ok=True)
         raise
     return path
+
+
+def remove_partials(path: str | PathLike) -> None:
+    """Remove the temporary files `write_file(path, ...)` left when its process was killed mid-write
+    (`.NAME.partial-XXXX` beside `path`: this project's by their name). For a rerun of the command that writes
+    `path`, not while another process may be writing it."""
+    path = Path(path)
+    for partial in path.parent.glob(f".{glob.escape(path.name)}.partial-*"):
+        if partial.is_file():
+            partial.unlink(missing_ok=True)
 
 
 @contextmanager

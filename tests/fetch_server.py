@@ -7,7 +7,6 @@ import hashlib
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,8 +22,10 @@ class Served:
     """path -> drop the connection after this many body bytes, once per GET, while the count lasts"""
     drops: dict[str, int] = field(default_factory=dict)
     """path -> how many GETs still drop (default 1 when drop_after is set)"""
-    delay: float = 0.0
-    """seconds of sleep per 16 KiB of body"""
+    hold: dict[str, int] = field(default_factory=dict)
+    """path -> after this many body bytes, wait for `release` before sending the rest: a transfer caught
+    mid-file however slow the machine is"""
+    release: threading.Event = field(default_factory=threading.Event)
     before_get: Callable[[str], None] | None = None
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
     """(method, path, Range header) of every request"""
@@ -92,8 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
             s.drops[path] = s.drops.get(path, 1) - 1
             limit = min(limit, s.drop_after[path])
         for i in range(0, limit, 16384):
-            if s.delay:
-                time.sleep(s.delay)
+            if i >= s.hold.get(path, limit):
+                s.release.wait(timeout=600)
             self.wfile.write(payload[i : min(i + 16384, limit)])
         if limit < len(payload):  # the fault: a connection that ends mid-file
             self.wfile.flush()

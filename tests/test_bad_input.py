@@ -25,7 +25,7 @@ from olmo_repo.cli.explore import main as explore_main
 from olmo_repo.cli.plot_positions import main as plot_main
 from olmo_repo.errors import RepoError
 from olmo_repo.eval import ruler, suite
-from olmo_repo.output import check_replaceable, staged_dir, write_file
+from olmo_repo.output import check_replaceable, remove_partials, staged_dir, write_file
 
 from .conftest import make_checkpoint
 from .training import STAGE1, small
@@ -83,6 +83,15 @@ def test_write_file_replaces_a_file_whole_or_not_at_all(tmp_path):
     with pytest.raises(TypeError):
         write_file(path, 42)  # type: ignore[arg-type]  # fails while writing
     assert path.read_bytes() == b"new" and [p.name for p in path.parent.iterdir()] == ["report.md"]
+    # What a write killed mid-way leaves (its temporary file) goes on a rerun; a user's look-alike names stay.
+    for name in (".report.md.partial-k1ll3d", "report.md.partial-1", ".report.mdx.partial-2"):
+        (path.parent / name).write_bytes(b"half")
+    remove_partials(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        ".report.mdx.partial-2",
+        "report.md",
+        "report.md.partial-1",
+    ]
 
 
 def _umask() -> int:

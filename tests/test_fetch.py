@@ -20,7 +20,8 @@ import pytest
 
 from olmo_repo import RepoTrainConfig
 from olmo_repo.cli.fetch import main
-from olmo_repo.fetch.transfer import MANIFEST, PART
+from olmo_repo.fetch.remote import CHUNK
+from olmo_repo.fetch.transfer import MANIFEST, PART, LocalTarget
 
 from .fetch_server import FileServer, Served
 from .training import ROOT, STAGE1, free_port, losses, make_trainer, small, subprocess_env, write_corpus
@@ -287,11 +288,30 @@ def test_full_disk_before_and_during_the_fetch(server, tiny_disk, capsys):
     _assert_complete(tiny_disk / "out", server)
 
 
+def test_the_manifest_names_a_file_before_it_takes_its_name(server, tmp_path, monkeypatch):
+    """A kill between the two leaves a file the rerun knows as its own: the claim comes first, while the
+    verified download is still under its partial name."""
+    to = tmp_path / "out"
+    claim = LocalTarget.claim
+    seen = []
+
+    def checked(self, name, remote, md5):
+        path = self.root / name
+        seen.append(name)
+        assert not path.exists() and path.with_name(path.name + PART).stat().st_size == remote.size, name
+        claim(self, name, remote, md5)
+
+    monkeypatch.setattr(LocalTarget, "claim", checked)
+    assert main(_args(server, to)) == 0
+    assert len(seen) == len(server.served.files)
+    _assert_complete(to, server)
+
+
 @pytest.mark.slow
 def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     to = tmp_path / "out"
     served = server.served
-    served.delay = 0.1  # ~160 KB/s per file (5 s for stage1.npy): the fetch is mid-file when SIGINT comes
+    served.hold["data/stage1.npy"] = 2 * CHUNK  # the fetch is mid-file when SIGINT comes
     proc = subprocess.Popen(
         [sys.executable, str(FETCH), *_args(server, to)],
         env=subprocess_env(PYTHONPATH=str(ROOT)),
@@ -305,6 +325,7 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
+    served.release.set()  # the next chunk arrives after the SIGINT
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, out + err
     assert "interrupted:" in out and "Traceback" not in err, out + err
@@ -313,7 +334,7 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
         copy = _copy(to, server, path)
         assert not copy.exists() or copy.read_bytes() == data, path
 
-    served.delay = 0.0
+    served.hold.clear()
     served.log.clear()
     assert main(_args(server, to)) == 0
     (rng,) = [r for m, p, r in served.log if m == "GET" and p == "data/stage1.npy"]
@@ -329,7 +350,7 @@ def test_a_killed_fetch_and_its_rerun_give_what_one_clean_run_gives(server, tmp_
     assert set(clean) >= {MANIFEST, "tiny-stage1-rope.yaml"}
     shutil.rmtree(to)
 
-    served.delay = 0.1  # ~160 KB/s per file (5 s for stage1.npy): the fetch is mid-file when the kill comes
+    served.hold["data/stage1.npy"] = 2 * CHUNK  # the fetch is mid-file when the kill comes
     proc = subprocess.Popen(
         [sys.executable, str(FETCH), *_args(server, to)],
         env=subprocess_env(PYTHONPATH=str(ROOT)),
@@ -343,9 +364,10 @@ def test_a_killed_fetch_and_its_rerun_give_what_one_clean_run_gives(server, tmp_
         time.sleep(0.01)
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
+    served.release.set()
     assert not (to / "tiny-stage1-rope.yaml").exists()  # no config before every file is there
 
-    served.delay = 0.0
+    served.hold.clear()
     served.log.clear()
     capsys.readouterr()
     assert main(_args(server, to)) == 0

@@ -268,6 +268,5 @@ def write_results(request: EvalRequest, evaluation: Evaluation) -> list[Path]:
     for name in OUTPUTS:
         if name not in texts:
             (out / name).unlink(missing_ok=True)
-        for partial in out.glob(f".{name}.partial-*"):  # output.write_file's, of a run killed while writing
-            partial.unlink(missing_ok=True)
+        output.remove_partials(out / name)  # of a run killed while writing
     return [out / name for name in OUTPUTS if name in texts]

@@ -12,6 +12,7 @@ parallel parts; the object appears whole or not at all) and records url/size/ETa
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ..output import write_file
+from ..output import remove_partials, write_file
 from .errors import FetchError
 from .plan import Probed, local_name
 from .remote import Changed, NotFound, RemoteFile, Transient, open_from
@@ -104,8 +105,10 @@ def download(
     progress: Callable[[int], object],
     retries: int,
     timeout: float,
+    claim: Callable[[str | None], object] | None = None,
 ) -> str | None:
     """Fetch `remote` to `dest` (resuming `dest.fetching`); returns the verified MD5, if the ETag gave one.
+    `claim(md5)` runs once the download is verified, before it takes its final name.
 
     Raises NotFound, Changed (the part is discarded), Transient after `retries` retries (the part is kept),
     Interrupted when `stop` is set (kept), Corrupt (discarded), OSError (a full disk: kept).
@@ -115,6 +118,7 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     if part_length(dest, remote) == 0:
         part.unlink(missing_ok=True)  # ours (by its name), for another version of the file or empty
+    remove_partials(meta)
     _write_json(meta, _record(remote))
     part.touch()
     failures = 0
@@ -157,6 +161,8 @@ def download(
             part.unlink()
             meta.unlink(missing_ok=True)
             raise Corrupt(f"{remote.url}: MD5 {digest.hexdigest()} of the download does not match ETag {md5}")
+    if claim is not None:
+        claim(md5)
     os.replace(part, dest)
     meta.unlink(missing_ok=True)
     return md5
@@ -195,6 +201,7 @@ class LocalTarget:
         self.root = root.expanduser().absolute()
         self._lock = threading.Lock()
         manifest = self.root / MANIFEST
+        remove_partials(manifest)  # of a run killed while writing it
         self.manifest: dict[str, Any] = {"version": 1, "files": {}, "configs": []}
         if manifest.exists():
             loaded = _read_json(manifest)
@@ -260,15 +267,21 @@ class LocalTarget:
             return str(path)
         return None
 
-    def commit(self, name: str, path: Path, remote: RemoteFile, md5: str | None) -> None:
+    def claim(self, name: str, remote: RemoteFile, md5: str | None) -> None:
+        """Record `name` in the manifest before the verified download takes that name: a run killed in
+        between leaves a file the rerun knows as its own (and a partial one it resumes), never a conflict."""
         with self._lock:
             self.manifest["files"][name] = {**_record(remote), "md5": md5}
             self.root.mkdir(parents=True, exist_ok=True)
             _write_json(self.root / MANIFEST, self.manifest)
 
+    def commit(self, name: str, path: Path, remote: RemoteFile, md5: str | None) -> None:
+        """Nothing left: `claim` recorded the file, `download` gave it its name."""
+
     def write_config(self, filename: str, text: str) -> list[str]:
         """Write the config (a rerun that would write the same text leaves the file as it is)."""
         path = self.root / filename
+        remove_partials(path)
         if not (path.is_file() and path.read_bytes() == text.encode()):
             write_file(path, text)
         with self._lock:
@@ -363,7 +376,12 @@ class S3Target:
             return self.location(filename)
         return None
 
+    def claim(self, name: str, remote: RemoteFile, md5: str | None) -> None:
+        """Nothing to record locally: the object's metadata says it is this tool's (`commit`)."""
+
     def commit(self, name: str, path: Path, remote: RemoteFile, md5: str | None) -> None:
+        """Upload the staged download with its url/size/ETag as metadata, check it arrived whole, then
+        remove the staged copy."""
         from boto3.s3.transfer import TransferConfig
 
         metadata = {"fetch-url": remote.url, "fetch-size": str(remote.size), "fetch-etag": remote.etag or ""}
@@ -493,7 +511,8 @@ def fetch_items(
         path = target.staged(item.name)
         md5 = None
         if item.state != "upload":
-            md5 = download(item.remote, path, stop, bar.update, retries, timeout)
+            claim = functools.partial(target.claim, item.name, item.remote)
+            md5 = download(item.remote, path, stop, bar.update, retries, timeout, claim)
         target.commit(item.name, path, item.remote, md5)
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="fetch")
