@@ -312,13 +312,19 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
     to = tmp_path / "out"
     served = server.served
     served.hold["data/stage1.npy"] = 2 * CHUNK  # the fetch is mid-file when SIGINT comes
-    proc = subprocess.Popen(
-        [sys.executable, str(FETCH), *_args(server, to)],
-        env=subprocess_env(PYTHONPATH=str(ROOT)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A shell's background job (`make test &`, nohup) ignores SIGINT, and a child inherits an ignored signal:
+    # the fetch gets the default disposition, as from a terminal, whatever ran the suite.
+    ours = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(FETCH), *_args(server, to)],
+            env=subprocess_env(PYTHONPATH=str(ROOT)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, ours)
     part = _copy(to, server, "data/stage1.npy" + PART)
     deadline = time.monotonic() + 300  # the process imports ai2-olmo first: slow on a busy machine
     while not (part.is_file() and part.stat().st_size > 0):
