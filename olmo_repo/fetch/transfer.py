@@ -163,8 +163,8 @@ def download(
             raise Corrupt(f"{remote.url}: MD5 {digest.hexdigest()} of the download does not match ETag {md5}")
     if claim is not None:
         claim(md5)
+    meta.unlink(missing_ok=True)  # first: a kill before the rename then costs a refetch, never a stray record
     os.replace(part, dest)
-    meta.unlink(missing_ok=True)
     return md5
 
 
