@@ -26,13 +26,16 @@ $(VENV)/.installed: pyproject.toml
 system-deps:
 	@bash tests/system-deps.sh $(SYSTEM_DEPS)
 
-# The suite, then the vLLM tests in their own environment (tests/vllm/, README "Serving and evaluating with vLLM").
+# pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
+PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+
+# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/).
 test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
 	$(MAKE) docs
-	$(BIN)/python -m pytest -q
-	$(VBIN)/python -m pytest -q --confcutdir tests/vllm tests/vllm
-	$(CBIN)/python -m pytest -q --confcutdir tests/core tests/core
+	$(BIN)/python $(PYTEST)
+	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
+	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
 
 # The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
 test-fast: install
@@ -85,7 +88,8 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)
 	$(VBIN)/pip install --upgrade pip
 	$(VBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(VBIN)/pip install $(VLLM_PKG) transformers==5.19.0 $(VLLM_DEPS) importlib_resources==7.1.0 pytest==9.2.0
+	$(VBIN)/pip install $(VLLM_PKG) transformers==5.19.0 $(VLLM_DEPS) importlib_resources==7.1.0 pytest==9.2.0 \
+		pytest-xdist==3.8.0 pytest-timeout==2.4.0
 	$(VBIN)/pip uninstall -y torchvision torchaudio torchcodec
 	$(VBIN)/pip install --no-deps -e . ai2-olmo==0.6.0 ai2-olmo-core==0.1.0
 	touch $@
@@ -118,7 +122,7 @@ $(CORE_VENV)/.installed: pyproject.toml
 	$(CBIN)/pip install --upgrade pip
 	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
 	$(CBIN)/pip install ai2-olmo-core==3.0.0 torch==2.13.0 numpy==2.4.6 dataclass-extensions==0.5.0 \
-		$(CORE_DEPS) pytest==9.2.0 psutil==7.2.2 'moto[server]==5.2.5'
+		$(CORE_DEPS) pytest==9.2.0 pytest-xdist==3.8.0 pytest-timeout==2.4.0 psutil==7.2.2 'moto[server]==5.2.5'
 	$(CBIN)/pip install --no-deps -e .
 	touch $@
 

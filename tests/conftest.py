@@ -21,6 +21,8 @@ from olmo_repo import (
 )
 from olmo_repo.modes import F_PHI_WEIGHTS
 
+from .suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
@@ -97,3 +99,12 @@ def make_checkpoint(path: Path, tokenizer: Path, **overrides) -> tuple[Path, OLM
     config.save(path / "config.yaml")
     torch.save(model.state_dict(), path / "model.pt")
     return path, model.eval()
+
+
+@pytest.fixture
+def finished_demo(tmp_path_factory) -> Path:
+    """A tiny demo run to its end without interruption, once per test run (under xdist too): read it, or copy
+    it (`demo_runs.copy`) to change it."""
+    from .demo_runs import finish
+
+    return built_once(tmp_path_factory, "finished-demo", finish) / "demo"

@@ -115,6 +115,7 @@ def test_sigusr1_stops_with_a_checkpoint_and_the_rerun_continues(tmp_path):
     assert sorted(losses(run)) == list(range(1, 41))  # continued from the checkpoint, each step once
 
 
+@pytest.mark.procs
 def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
     data = write_corpus(tmp_path / "data")
     save = tmp_path / "run"

@@ -107,3 +107,17 @@ def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_rulers_word_keys_are_the_list_ruler_computes_at_import():
+    """RULER's module, imported without its import-time `WORDS`, draws its word keys from the same list:
+    `sorted(set(...))` of every adjective-noun pair, as the module computes it (~10 s here)."""
+    from olmo_repo.upstream.lm_eval import AdjectiveNounKeys, prepare_niah
+
+    assert (
+        isinstance(prepare_niah.WORDS, AdjectiveNounKeys)
+        and prepare_niah.nouns == prepare_niah.r._categories["nouns"]
+    )
+    words = [f"{adj}-{noun}" for adj in prepare_niah.adjs for noun in prepare_niah.nouns]
+    assert prepare_niah.WORDS.words == sorted(set(words))

@@ -6,6 +6,10 @@ What lm-eval lacks as public API, and so is taken from its internals here:
   lists `adjs`/`nouns`, `NEEDLE`; `niah_utils.TEMPLATE`) and scorer (`common_utils.postprocess_pred`,
   `string_match_all`), and the tokenizer its task metadata names (`get_tokenizer`, `resolve_tokenizer_name`).
   The module downloads Punkt's data when imported: `upstream.nltk` points nltk at an offline copy first.
+- The same module computes `WORDS` when imported (every "adjective-noun" key, `sorted(set(...))`: 6.2M
+  strings, ~10 s and ~1 GB in every process, also those that never draw a word key). It is imported here
+  without that (`_import_prepare_niah`) and given `AdjectiveNounKeys` instead: the same list, computed on the
+  first draw in ~3 s. The canary compares the two lists and pins the lines this relies on.
 - The generator draws keys, values and depths from the global `random` module: `seeded_random(state)` runs
   it from a given state and gives the caller's state back.
 - `load_yaml` of the private `lm_eval.tasks._yaml_loader` reads a task YAML without resolving its `!function`s.
@@ -20,9 +24,12 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from importlib import import_module
+from itertools import groupby
 from types import ModuleType
 from typing import Any
 
@@ -32,17 +39,74 @@ use_offline_punkt()  # before RULER's module is imported: it downloads `punkt_ta
 
 from lm_eval.api.utils import maybe_delimit  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
-from lm_eval.tasks.ruler import prepare_niah  # noqa: E402
 from lm_eval.tasks.ruler.common_utils import (  # noqa: E402
     get_tokenizer,
     postprocess_pred,
     resolve_tokenizer_name,
     string_match_all,
 )
+
+
+class AdjectiveNounKeys(Sequence[str]):
+    """RULER's `WORDS`, computed on first use: every "adjective-noun" string, sorted, without duplicates. RULER
+    sorts the set of them (~10 s); sorting the product of the sorted word lists gives the same list faster,
+    since Python's sort merges its pre-sorted runs, and duplicates are then neighbours."""
+
+    def __init__(self, adjectives: list[str], nouns: list[str]):
+        self.adjectives, self.nouns = adjectives, nouns
+
+    @cached_property
+    def words(self) -> list[str]:
+        words = [f"{a}-{n}" for a in sorted(set(self.adjectives)) for n in sorted(set(self.nouns))]
+        words.sort()
+        return [word for word, _ in groupby(words)]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  (no slices: random.choice indexes)
+        return self.words[i]
+
+
+def _import_prepare_niah() -> ModuleType:
+    """`lm_eval.tasks.ruler.prepare_niah`, its `WORDS` an `AdjectiveNounKeys`: while the module runs, the
+    `RandomWord` it builds its lists from lists no noun (so its `words` and `WORDS` are empty), then the module
+    gets the nouns back and the lazy `WORDS`. Already imported (by lm-eval's own task loading), it is left as
+    it is: its `WORDS` is the same list."""
+    import wonderwords
+
+    if "lm_eval.tasks.ruler.prepare_niah" in sys.modules:
+        return sys.modules["lm_eval.tasks.ruler.prepare_niah"]
+    import datasets  # noqa: F401  (what the module imports, imported outside the window below)
+    import nltk  # noqa: F401
+    import tqdm  # noqa: F401
+
+    stock = wonderwords.RandomWord
+
+    class NoNouns(stock):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.nouns = self._categories["nouns"]
+            self._categories = {**self._categories, "nouns": []}
+
+    wonderwords.RandomWord = NoNouns
+    try:
+        module = import_module("lm_eval.tasks.ruler.prepare_niah")
+    finally:
+        wonderwords.RandomWord = stock
+    module.nouns = module.r.nouns
+    module.r._categories = {**module.r._categories, "nouns": module.nouns}
+    module.WORDS = AdjectiveNounKeys(module.adjs, module.nouns)
+    return module
+
+
+prepare_niah = _import_prepare_niah()
+
 from lm_eval.tasks.ruler.niah_utils import TEMPLATE  # noqa: E402
 
 __all__ = [
     "CANARIES",
+    "AdjectiveNounKeys",
     "TEMPLATE",
     "load_yaml",
     "maybe_delimit",
@@ -86,6 +150,8 @@ _RULER = "lm_eval.tasks.ruler"
 # Source hashes (`olmo_repo.upstream.source_hash`) of the RULER generators `olmo_repo.eval.ruler` calls: their
 # sizing loops (where they stop, and where they loop forever) are what its minimum lengths are computed from.
 CANARIES = {
+    # the whole module: what it computes at import (`_import_prepare_niah`) and the generator the project calls
+    f"{_RULER}.prepare_niah": "beb37d90132ce928",
     f"{_RULER}.vt_utils.generate_input_output": "0be252b7968b7401",
     f"{_RULER}.vt_utils.sys_vartrack_w_noise_random": "ec63591efdaa48dd",
     f"{_RULER}.cwe_utils.generate_input_output": "3e9b4261e6ea46a8",

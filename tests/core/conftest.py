@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from importlib.metadata import PackageNotFoundError, version
 
+from ..suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+
 
 def _olmo_core_major() -> int:
     try:

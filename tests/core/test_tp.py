@@ -14,7 +14,7 @@ from olmo_repo.rope import record_positions
 
 from .tiny import assert_within, olmo2_tiny
 
-pytestmark = pytest.mark.slow  # two forked processes
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two spawned processes
 
 
 def _compare(kv_heads: int | None) -> None:

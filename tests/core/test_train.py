@@ -22,7 +22,7 @@ from olmo_repo.olmocore.stage1 import is_f_phi_key
 from ..s3_server import loopback_s3
 from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint
 
-pytestmark = pytest.mark.slow  # three two-process training runs
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # three two-process training runs
 
 STEPS = 8  # the kill lands while the run has steps to go, even on a loaded machine
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from ..suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+
 if importlib.util.find_spec("vllm") is None:
     collect_ignore_glob = ["test_*.py"]
 else:

@@ -229,6 +229,7 @@ def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):
     check_against_hf(llm, "repo", checkpoints, hf_reference, prefix_caching=True)
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("name", ["repo", "gqa"])
 def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
     """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads

@@ -1,0 +1,119 @@
+"""How the three test sessions (`.venv`, `.venv-core`, `.venv-vllm`) share two cores: hooks and a fixture helper
+that each session's conftest imports.
+
+`make test` runs every session with pytest-xdist (`-n 2`, whole files per worker). Then:
+
+- every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
+  two workers share the two cores instead of fighting over them;
+- a test marked `procs` (it starts a process group of its own: torchrun, spawned ranks, a SLURM job) runs
+  alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files);
+- `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
+  whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
+  with the first failure's message, without building again;
+- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end.
+
+Without xdist (a developer's `pytest tests/test_x.py`) nothing here changes how tests run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist; None otherwise
+
+# Files started first, longest first (their share of a `make test` run: `--durations` of `make test`).
+FIRST = [
+    "test_demo_rerun.py",
+    "test_demo_kill.py",
+    "test_inloop_niah.py",
+    "test_train_cli.py",
+    "test_eval.py",
+    "test_demo.py",
+    "test_slurm.py",
+    "test_train_fsdp.py",
+    "test_train.py",
+    "test_vllm_serving.py",
+    "test_vllm.py",
+]
+
+if WORKER is not None:
+    os.environ["OMP_NUM_THREADS"] = "1"  # read by torch at import, and by every process a test starts
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of `FIRST` first, in its order; the others after them as collected (a stable sort)."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+
+
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every worker of this run sees: the parent of the workers' own base temporary folders."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if WORKER is not None else base
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _cores(folder: Path, exclusive: bool) -> Iterator[None]:
+    """Hold the cores shared (a one-thread test) or alone (a `procs` test). A writer takes the turnstile before
+    waiting for the cores, so a reader that comes after it waits too instead of starving it."""
+    turnstile, cores = folder / "turnstile.lock", folder / "cores.lock"
+    if exclusive:
+        with _flock(turnstile, fcntl.LOCK_EX), _flock(cores, fcntl.LOCK_EX):
+            yield
+    else:
+        with _flock(turnstile, fcntl.LOCK_EX):
+            pass
+        with _flock(cores, fcntl.LOCK_SH):
+            yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test, its fixtures' set-up and tear-down included, under the cores lock (xdist only)."""
+    if WORKER is None:
+        return (yield)
+    shared = _shared_dir(item.config._tmp_path_factory)  # type: ignore[attr-defined]  (pytest's own)
+    with _cores(shared, exclusive=item.get_closest_marker("procs") is not None):
+        return (yield)
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` that `build(folder)` fills, built once for the whole test run (every xdist worker
+    gets the same folder; the first to ask builds it while the others wait). Tests that change what is in it
+    work on a copy. A build that fails fails every test asking for it, with the first failure's message."""
+    root = _shared_dir(tmp_path_factory)
+    folder, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with _flock(root / f"{name}.lock", fcntl.LOCK_EX):
+        if failed.is_file():
+            pytest.fail(f"building {name} failed in another test:\n{failed.read_text()}", pytrace=False)
+        if not done.is_file():
+            if folder.exists():
+                shutil.rmtree(folder)
+            try:
+                build(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc())
+                raise
+            done.touch()
+    return folder
