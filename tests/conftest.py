@@ -21,7 +21,7 @@ from olmo_repo import (
 )
 from olmo_repo.modes import F_PHI_WEIGHTS
 
-from .suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+from .suite import built_once, register
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -108,3 +108,7 @@ def finished_demo(tmp_path_factory) -> Path:
     from .demo_runs import finish
 
     return built_once(tmp_path_factory, "finished-demo", finish) / "demo"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register(config)  # tests/suite.py's hooks, once per session

@@ -1,6 +1,9 @@
 """How the three test sessions (`.venv`, `.venv-core`, `.venv-vllm`) share two cores: hooks and a fixture helper
 that each session's conftest imports.
 
+Each conftest calls `register` from its `pytest_configure`: the hooks below then run once per test, also where
+one session loads several of the conftests (the main session loads tests/core's and tests/vllm's too).
+
 `make test` runs every session with pytest-xdist (`-n 2`, whole files per worker). Then:
 
 - every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
@@ -20,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +53,13 @@ if WORKER is not None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def register(config: pytest.Config) -> None:
+    """Register this module's hooks with `config`, once."""
+    plugin = sys.modules[__name__]
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "olmo-repo-suite")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from importlib.metadata import PackageNotFoundError, version
 
-from ..suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+import pytest
+
+from ..suite import register
 
 
 def _olmo_core_major() -> int:
@@ -22,3 +24,7 @@ if _olmo_core_major() < 3:
     collect_ignore_glob = ["test_*.py"]
 else:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download (read once by huggingface_hub)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register(config)  # tests/suite.py's hooks, once per session

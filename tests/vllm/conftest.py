@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from ..suite import built_once, pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
+import pytest
+
+from ..suite import register
 
 if importlib.util.find_spec("vllm") is None:
     collect_ignore_glob = ["test_*.py"]
@@ -17,3 +19,7 @@ else:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register(config)  # tests/suite.py's hooks, once per session
