@@ -240,7 +240,7 @@ def test_the_loss_trajectory_is_bit_identical_with_and_without_it(data, tmp_path
     runs = {}
     for name, evaluators in [
         ("without", "[]"),
-        ("with", _entries("niah_multikey_1", device_eval_batch_size=8)),
+        ("with", _entries("niah_multikey_1", device_eval_batch_size=8, prompts=4)),
     ]:
         save = tmp_path / name
         steps = dict(max_duration=4, stop_at=4, eval_interval=1, save_interval_unsharded=1000)

@@ -87,21 +87,38 @@ BAD_INPUT = {
 }
 
 
-@pytest.mark.slow  # a process per command, most of them importing torch
-@pytest.mark.parametrize("name", sorted(BAD_INPUT))  # the OLMo-core commands: tests/core/test_bad_input.py
-def test_a_missing_input_is_one_error_line_and_exit_1(name, tmp_path):
+HEAVY = ("torch", "olmo", "olmo_core", "transformers", "lm_eval")  # seconds to import, each
+
+
+def run_script(script: Path, args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`python SCRIPT ARGS` in `cwd`, and the modules of `HEAVY` it had imported when it exited."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(script)!r}, *{args!r}]\n"
+        "try:\n"
+        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "finally:\n"
+        f"    print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+    return result, eval(result.stdout.splitlines()[-1])
+
+
+# The OLMo-core commands: tests/core/test_bad_input.py
+@pytest.mark.parametrize("name", sorted(BAD_INPUT))
+def test_a_missing_input_is_one_error_line_and_exit_1_before_any_heavy_import(name, tmp_path):
     missing, file = tmp_path / "nowhere", tmp_path / "mine.txt"
     file.write_text("mine")
     args = [a.format(missing=missing, file=file) for a in BAD_INPUT[name]]
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+    result, imported = run_script(ROOT / "scripts" / f"{name}.py", args, tmp_path)
     line = result.stderr.rstrip("\n")
     assert result.returncode == 1 and "\n" not in line and line.startswith(f"{name}.py: error: "), (
         result.stderr
     )
     assert str(missing if "{missing}" in BAD_INPUT[name] else file) in line, line
+    assert imported == [], imported  # refused before torch, ai2-olmo, OLMo-core or lm-eval load
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"] and file.read_text() == "mine"
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from .training import ROOT, cli, free_port, small, write_corpus
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two-rank jobs
 
 CPU_JOB = ROOT / "scripts/slurm/train-cpu.sbatch"
 COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         "--samples",
         type=int,
         default=SAMPLES,
-        help=f"NIAH prompts per variant and length in the report's evaluation (default: {SAMPLES})",
+        help=f"NIAH prompts per variant: in-loop during training (every eval_interval steps) and per length in "
+        f"the report's evaluation (default: {SAMPLES}, as in the configs)",
     )
     parser.add_argument(
         "--procs",

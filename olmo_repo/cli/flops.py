@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import run
 
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def table() -> None:
+        for config in args.configs:  # before the imports, which take seconds
+            if "://" not in config and not Path(config).is_file():
+                raise FileNotFoundError(f"config file {config} does not exist")
         from ..flops import flops_table
 
         print(flops_table(args.configs, args.tokens))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..integrity import require_model_dir
 from . import run
 
 __all__ = ["main"]
@@ -65,6 +66,7 @@ def _plot(args: argparse.Namespace) -> None:
     text = args.text if args.text is not None else _read_text(args.text_file)
     if not text:
         raise ValueError("the text is empty")
+    require_model_dir(args.model)  # missing or damaged: said before torch loads
     from ..eval.analysis import plot_head_positions  # heavy: once the arguments are valid
 
     out = plot_head_positions(

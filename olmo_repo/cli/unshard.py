@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import run
 
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def unshard() -> None:
+        # before the imports, which take seconds
+        if "://" not in args.input and not Path(args.input).is_dir():
+            raise FileNotFoundError(f"--input {args.input}: no sharded checkpoint folder there")
         from ..train.unshard import unshard_checkpoint
         from ..upstream.torch import patch_torch_for_olmo
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BASE_DIR", "CONFIGS_DIR", "PROCS", "SAMPLES", "config_path"]
+__all__ = ["BASE_DIR", "CONFIGS_DIR", "PROCS", "SAMPLES", "SPECIALS", "config_path"]
 
 BASE_DIR = Path(__file__).resolve().parent / "base_model"
 """The shipped tiny base model that `make demo` starts from (HF, bf16, with its tokenizer)."""
@@ -32,7 +32,10 @@ work shares them, where one process with two threads slows down (`bench/bench_de
 layouts; README, "make demo")."""
 
 SAMPLES = 10
-"""NIAH prompts per variant and length in the evaluation of `make demo`."""
+"""NIAH prompts per variant of `make demo`: in-loop (the configs' `prompts`) and per length in its evaluation."""
+
+SPECIALS = ("<|endoftext|>", "<|pad|>")
+"""The special tokens of the demo's BPE (ids 0 and 1: the configs' eos_token_id and pad_token_id)."""
 
 
 def config_path(name: str) -> Path:

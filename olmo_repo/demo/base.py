@@ -12,16 +12,15 @@ it takes). Float rounding differs between CPUs, so a rebuild elsewhere is close 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
-from transformers import PreTrainedTokenizerFast
 
 from ..errors import CorruptFileError, RepoError
-from ..hf.convert import convert_to_hf
-from . import BASE_DIR, config_path
-from .corpus import BATCH, SPECIALS, SPLIT_WINDOWS, build_corpus, build_tokenizer
-from .folder import DemoFolder
-from .training import run_training, summarise
+from . import BASE_DIR, SPECIALS, config_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 __all__ = ["BASE_STEPS", "HF_FILES", "base_tokenizer", "build_base"]
 
@@ -38,6 +37,8 @@ HF_FILES = {
 
 def base_tokenizer(base_dir: Path = BASE_DIR) -> PreTrainedTokenizerFast:
     """The base model's tokenizer: the demo corpus is tokenized with it."""
+    from transformers import PreTrainedTokenizerFast
+
     path = base_dir / "tokenizer.json"
     if not path.is_file():
         raise CorruptFileError(
@@ -53,9 +54,15 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
 
     `work` is a `DemoFolder` (new, empty or a previous build's); an `out` holding files that no build wrote is
     refused (`RepoError`), both before any work."""
+    from .folder import DemoFolder
+
     if out.is_dir() and not {p.name for p in out.iterdir()} <= HF_FILES or out.is_file():
         raise RepoError(f"{out} holds files that no base build wrote: pass a new folder as the output")
     folder = DemoFolder(work)
+    from ..hf.convert import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
+    from .corpus import BATCH, SPLIT_WINDOWS, build_corpus, build_tokenizer
+    from .training import run_training, summarise
+
     folder.clear()
     data = folder.entry("data")
     print(f"Building the tokenizer and the base corpus under {data}...", flush=True)

@@ -17,6 +17,7 @@ from ..errors import CorruptFileError
 from ..eval import niah
 from ..eval.essays import essay_words
 from ..upstream.lm_eval import TEMPLATE, prepare_niah
+from . import SPECIALS
 
 __all__ = [
     "BATCH",
@@ -35,7 +36,6 @@ __all__ = [
 
 SEQ_LEN = 512  # the tiny configs' max_sequence_length: the report's NIAH runs at 1x, 2x and 4x it (YaRN)
 VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
-SPECIALS = ("<|endoftext|>", "<|pad|>")
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
 # The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo.base`), not the demo's.
 SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 200 * BATCH, "val": 4 * BATCH}

@@ -130,17 +130,17 @@ class _Demo:
         steps: tuple[int, int] | None,
         batch: int,
     ):
-        from . import corpus
-
         self.folder, self.samples, self.procs, self.written = folder, samples, procs, False
         self.ran: set[str] = set()  # the stages this start ran
         lengths = [(f"--max_duration={n}", f"--stop_at={n}") for n in steps] if steps else [(), ()]
         common = (f"--data_prefix={folder.path / 'data'}", f"--device_train_microbatch_size={batch // procs}")
         self.overrides = {"stage1-rope": (*common, "--reset_optimizer_state=true", *lengths[0])}
         self.overrides.update({name: (*common, *lengths[1]) for name in STAGE2.values()})
+        for name in TRAINING:
+            self.overrides[name] += _in_loop_prompts(name, samples)
         files = [p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()]
         inputs = {"base": _digest(*files)}
-        inputs["corpus"] = _digest(inputs["base"], Path(corpus.__file__).read_bytes())
+        inputs["corpus"] = _digest(inputs["base"], (Path(__file__).parent / "corpus.py").read_bytes())
         for name, upstream in zip(TRAINING, ["corpus", *["stage1-rope"] * len(STAGE2)]):
             # the folder's own path aside, so that a moved or copied demo folder is still the same demo
             overrides = [o.replace(str(folder.path), "$OUT") for o in self.overrides[name]]
@@ -307,6 +307,19 @@ def _config(name: str) -> Any:
     return OmegaConf.load(config_path(name))
 
 
+def _in_loop_prompts(name: str, samples: int) -> tuple[str, ...]:
+    """The override of run `name`'s evaluators (the whole list: overrides replace lists) that gives its in-loop
+    NIAH entries `samples` prompts each, or none where its config has that number already (the shipped
+    configs have `SAMPLES`)."""
+    entries = OmegaConf.to_container(_config(name).get("evaluators") or [], resolve=False)
+    niah = [e for e in entries if str(e["label"]).startswith("niah_")]  # type: ignore[index, union-attr]
+    if all(e.get("prompts") == samples for e in niah):  # type: ignore[union-attr]
+        return ()
+    for entry in niah:
+        entry["prompts"] = samples  # type: ignore[index]
+    return (f"--evaluators={json.dumps(entries, separators=(',', ':'))}",)
+
+
 def _model(path: Path) -> Path:
     """`path`, once it holds a model whose weights can be read (`require_model_dir`)."""
     require_model_dir(path)
@@ -416,11 +429,12 @@ def _in_loop(folder: DemoFolder) -> tuple[dict[str, dict[str, dict[int, float]]]
     return runs, baseline, start
 
 
-def _in_loop_setting() -> tuple[int, str]:
-    """The length of the stage-2 runs' in-loop NIAH and its prompts per variant, as their config says."""
-    from ..eval.inloop import PROMPTS
+def _in_loop_setting(folder: DemoFolder) -> tuple[int, str]:
+    """The length of the stage-2 runs' in-loop NIAH and its prompts per variant, as the RePo run's config says
+    (its config.yaml: the shipped config with the demo's overrides)."""
+    from ..eval.inloop_rows import PROMPTS
 
-    config = _config("stage2-repo")
+    config = OmegaConf.load(folder.path / STAGE2["RePo"] / "config.yaml")
     prompts = {e.get("prompts") or PROMPTS for e in config.evaluators if str(e.label).startswith("niah_")}
     return config.model.max_sequence_length, " or ".join(map(str, sorted(prompts)))
 
@@ -430,7 +444,7 @@ def _plot_curves(folder: DemoFolder) -> None:
 
     runs, baseline, start = _in_loop(folder)
     by_group = {g: {label: run[g] for label, run in runs.items()} for g in _groups()}
-    length, _ = _in_loop_setting()
+    length, _ = _in_loop_setting(folder)
     title = f"In-loop NIAH (teacher-forced exact match, {length} tokens) during stage 2"
     figure = folder.entry("figures") / Path(CURVES).name
     plots.plot_niah_curves(by_group, figure, baseline=baseline, start=start, title=title)
@@ -439,7 +453,7 @@ def _plot_curves(folder: DemoFolder) -> None:
 def _curves_section(folder: DemoFolder) -> str:
     """The in-loop NIAH section: the stage-2 runs' curves (figure: `_plot_curves`), and what they show."""
     runs, baseline, start = _in_loop(folder)
-    length, prompts = _in_loop_setting()
+    length, prompts = _in_loop_setting(folder)
     pct = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     lines = [
         "## In-loop NIAH during stage 2\n",

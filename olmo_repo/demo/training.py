@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -13,16 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from olmo.util import find_latest_checkpoint
 from omegaconf import OmegaConf
 
 from ..errors import RepoError
-from ..eval.inloop import metric_name
+from ..metrics import METRICS_FILE, metric_name, read_metrics
 from ..modes import POSITIONS_METRIC, repo_layer_ids
-from ..train.trainer import METRICS_FILE
 
-__all__ = ["RunResult", "niah_curves", "positions_summary", "read_metrics", "run_training", "summarise"]
+__all__ = ["RunResult", "niah_curves", "positions_summary", "run_training", "summarise"]
 
 LOSS = "train/CrossEntropyLoss"
 SPEED = "throughput/device/tokens_per_second"
@@ -78,6 +76,8 @@ def run_training(name: str, config: Path, save_folder: Path, *overrides: str, pr
 
 def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
     """The run in `save_folder`, from its metrics.jsonl and checkpoints."""
+    from olmo.util import find_latest_checkpoint  # OLMo's rule for "latest" (ai2-olmo: seconds to import)
+
     metrics_path = save_folder / METRICS_FILE
     records = read_metrics(metrics_path) if metrics_path.is_file() else []
     train = [r for r in records if LOSS in r]
@@ -93,7 +93,7 @@ def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
         first_loss=train[0][LOSS],
         last_loss=train[-1][LOSS],
         eval_loss=evals[-1] if evals else None,
-        tokens_per_s=float(np.median(speeds)) if speeds else None,
+        tokens_per_s=statistics.median(speeds) if speeds else None,
         wall_s=wall_s,
         checkpoint=str(checkpoint),
         positions=positions_summary(train[-1], repo_layer_ids(_run_config(save_folder).model)),
@@ -124,11 +124,6 @@ def niah_curves(save_folder: Path) -> dict[int, dict[str, float]]:
         if scores := _niah_scores(record, labels):
             curves.setdefault(record["step"], {}).update(scores)
     return curves
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl: one per logged step (training and evaluation)."""
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 class _Progress:

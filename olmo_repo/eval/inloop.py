@@ -52,8 +52,9 @@ from olmo.torch_util import get_global_rank, get_world_size
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from ..metrics import metric_name
 from ..upstream.olmo import STOCK_EVALUATOR_BUILD, route_evaluator_build
-from .inloop_rows import PROMPTS, RANK_CANDIDATES, NiahMetric, metric_name, niah_rows
+from .inloop_rows import PROMPTS, RANK_CANDIDATES, NiahMetric, niah_rows
 from .inloop_rows import RankBatches as _Batches
 from .variants import RULER_SEED
 

@@ -17,19 +17,13 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torchmetrics import Metric
 
-__all__ = ["PROMPTS", "RANK_CANDIDATES", "NiahMetric", "RankBatches", "Row", "metric_name", "niah_rows"]
+__all__ = ["PROMPTS", "RANK_CANDIDATES", "NiahMetric", "RankBatches", "Row", "niah_rows"]
 
 PROMPTS = 100
 """Prompts per variant. All eight variants at the training length then cost a small share of the training
 FLOPs between two calls of the official 1B config (README, "In-loop NIAH", counts it)."""
 RANK_CANDIDATES = 4  # gold + 3 distractors: all of niah_multikey_1's, a seeded draw of the needle haystacks'
 _GOLD, _TOKENS, _EXACT = 0, 1, 2  # columns of a row's stats: sum of log-probs, scored tokens, all argmax
-
-
-def metric_name(label: str, metric: str) -> str:
-    """The name an entry's metric is logged under (OLMo's `eval/{label}/{metric}`), e.g.
-    `metric_name("niah_single_1", "exact_match")`: a reader of the logs looks its entries up by label."""
-    return f"eval/{label}/{metric}"
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RepoTrainConfig
+from ..metrics import METRICS_FILE
 from ..registry import build_model
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
@@ -59,7 +60,7 @@ from .run_folder import (
     trim_data_indices,
     trim_metrics,
 )
-from .trainer import METRICS_FILE, STOP_REQUESTED, RepoTrainer
+from .trainer import STOP_REQUESTED, RepoTrainer
 
 log = logging.getLogger(__name__)
 

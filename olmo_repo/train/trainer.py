@@ -21,6 +21,7 @@ from olmo.torch_util import (
 )
 from olmo.train import Trainer
 
+from ..metrics import METRICS_FILE
 from ..modes import POSITIONS_METRIC
 from ..rope import observe_positions
 from ..upstream import wandb as wandb_upstream
@@ -30,7 +31,6 @@ from .stage1 import RepoCheckpointer
 log = logging.getLogger(__name__)
 
 
-METRICS_FILE = "metrics.jsonl"
 _POSITIONS = POSITIONS_METRIC.split("{")[0]  # what the console leaves out
 
 STOP_REQUESTED = threading.Event()

@@ -1,0 +1,106 @@
+"""tests/suite.py under pytest-xdist, in a pytest run of its own on two workers: a `built_once` input is built
+once for the whole run, a failed build fails every test that asks for it without building again, a `procs`
+test overlaps no other test, and the workers compute with one thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # a pytest run on two workers of its own
+
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+import pytest
+from tests.suite import register
+
+def pytest_configure(config):
+    register(config)
+"""
+
+TESTS = """
+import json, os, time
+import pytest
+import torch
+from tests.suite import built_once
+
+LOG = os.environ["SUITE_LOG"]
+
+def _log(**record):
+    with open(LOG, "a") as f:
+        f.write(json.dumps(record) + "\\n")
+
+@pytest.fixture(autouse=True)
+def interval(request):
+    start = time.monotonic()
+    yield
+    _log(test=request.node.name, procs=request.node.get_closest_marker("procs") is not None,
+         start=start, end=time.monotonic(), threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"),
+         worker=os.environ["PYTEST_XDIST_WORKER"])
+
+def _build(folder):
+    _log(built=str(folder))
+    time.sleep(1)
+    folder.mkdir()
+    (folder / "value").write_text("42")
+
+def _broken(folder):
+    _log(built=str(folder))
+    raise RuntimeError("the build broke")
+
+@pytest.fixture
+def shared(tmp_path_factory):
+    return built_once(tmp_path_factory, "shared", _build)
+
+@pytest.fixture
+def broken(tmp_path_factory):
+    return built_once(tmp_path_factory, "broken", _broken)
+"""
+
+
+def _file(name: str) -> str:
+    tests = [
+        f"def test_{name}_{i}(shared):\n    time.sleep(0.3)\n    assert (shared / 'value').read_text() == '42'\n"
+        for i in range(4)
+    ]
+    tests.append(f"@pytest.mark.procs\ndef test_{name}_procs():\n    time.sleep(0.6)\n")
+    tests.append(f"def test_{name}_broken(broken):\n    pass\n")
+    return TESTS + "\n\n" + "\n\n".join(tests)
+
+
+def test_built_once_and_procs_alone_under_two_workers(tmp_path):
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    for name in ("a", "b", "c"):
+        (tmp_path / f"test_{name}.py").write_text(_file(name))
+    log = tmp_path / "log.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+         "--no-loadscope-reorder", "--basetemp", str(tmp_path / "tmp"), str(tmp_path)],
+        cwd=tmp_path, env={**env, "SUITE_LOG": str(log)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    builds = [Path(r["built"]).name for r in records if "built" in r]
+    assert sorted(builds) == ["broken", "shared"], builds  # each once, though six tests asked
+    assert result.stdout.count("building broken failed in another test") == 2, result.stdout[-3000:]
+    assert result.stdout.count("RuntimeError: the build broke") >= 1
+    assert "3 failed, 15 passed" in result.stdout, result.stdout[-3000:]
+    tests = [r for r in records if "test" in r]
+    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 18
+    assert all(r["threads"] == 1 and r["omp"] == "1" for r in tests)
+    assert {r["worker"] for r in tests} == {"gw0", "gw1"}
+    for alone in (r for r in tests if r["procs"]):
+        overlapping = [
+            r["test"]
+            for r in tests
+            if r is not alone and r["start"] < alone["end"] and alone["start"] < r["end"]
+        ]
+        assert not overlapping, (alone["test"], overlapping)
