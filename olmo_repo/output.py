@@ -29,6 +29,7 @@ from .errors import RepoError
 __all__ = [
     "OUTPUT_FOLDERS",
     "OUTPUT_NAMES",
+    "PNG_SIGNATURE",
     "check_distinct",
     "check_replaceable",
     "check_replaceable_file",
@@ -107,6 +108,10 @@ def check_replaceable(output: str | PathLike, force: bool) -> None:
             f"{output} holds files this project does not write ({shown}); --force would lose them: move them "
             "away or choose another output folder"
         )
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""The first bytes of every PNG (the figures this project writes)."""
 
 
 def check_replaceable_file(output: str | PathLike, force: bool, signature: bytes, kind: str) -> None:

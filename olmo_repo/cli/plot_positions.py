@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..integrity import require_model_dir
+from ..output import PNG_SIGNATURE, check_replaceable_file
 from . import run
 
 __all__ = ["main"]
@@ -66,7 +67,9 @@ def _plot(args: argparse.Namespace) -> None:
     text = args.text if args.text is not None else _read_text(args.text_file)
     if not text:
         raise ValueError("the text is empty")
-    require_model_dir(args.model)  # missing or damaged: said before torch loads
+    # the output, then the model (missing or damaged): said before torch loads
+    check_replaceable_file(args.out, args.force, PNG_SIGNATURE, "PNG")
+    require_model_dir(args.model)
     from ..eval.analysis import plot_head_positions  # heavy: once the arguments are valid
 
     out = plot_head_positions(

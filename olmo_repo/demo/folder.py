@@ -21,7 +21,7 @@ class DemoFolder:
     work."""
 
     MARKER = ".olmo-repo-demo"
-    STAGES = "stages.json"  # {stage: {"inputs": digest, "done": bool, "wall_s": float}}
+    STAGES = "stages.json"  # {stage: {"inputs": digest, "done": bool, and the facts `finish` was given}}
 
     def __init__(self, path: Path):
         self.path, marker = path, path / self.MARKER
@@ -69,7 +69,7 @@ class DemoFolder:
         self.remove(*outputs)
         self._record(name, {"inputs": inputs, "done": False})
 
-    def finish(self, name: str, **facts: float) -> None:
+    def finish(self, name: str, **facts: float | str) -> None:
         """Mark stage `name` finished (with `facts` to recall on a rerun that skips it, e.g. its wall time)."""
         self._record(name, {**self._stages()[name], **facts, "done": True})
 

@@ -39,10 +39,11 @@ from omegaconf import OmegaConf
 
 from ..errors import CorruptFileError, RepoError
 from ..integrity import require_model_dir
+from ..output import PNG_SIGNATURE
 from ..tables import markdown_table
 from . import BASE_DIR, PROCS, SAMPLES, config_path
 from .folder import DemoFolder
-from .training import RunResult, niah_curves, run_training, summarise
+from .training import RunResult, latest_checkpoint, niah_curves, run_training, summarise
 
 __all__ = ["STAGE2", "run_demo", "separation"]
 
@@ -66,7 +67,6 @@ SEPARATION = 0.10
 
 EVALUATION = "evaluation.json"  # the evaluation's record: its Markdown sections, in order
 CURVES = "figures/niah-in-loop.png"
-_PNG = b"\x89PNG\r\n\x1a\n"
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, RepoError)  # what reading a damaged record raises
 _T = TypeVar("_T")
 
@@ -188,11 +188,11 @@ class _Demo:
 
     def base(self, base_dir: Path) -> Path:
         """The HF base model `base_dir` as an unsharded OLMo checkpoint at step 0, without optimizer state."""
-        from ..hf.convert import convert_from_hf
-
         base = self.folder.path / "base"
 
         def work(resume: bool) -> None:
+            from ..hf.convert import convert_from_hf
+
             convert_from_hf(base_dir, self.folder.entry("base"), force=True)
             print(f"Base model {base_dir} -> {base}", flush=True)
 
@@ -217,7 +217,9 @@ class _Demo:
             self.folder.entry(f"{name}.log")  # run_training writes the full log beside the run
             save = self.folder.entry(name)
             overrides = (*self.overrides[name], load_path)
-            return {"wall_s": run_training(name, config_path(name), save, *overrides, procs=self.procs)}
+            wall = run_training(name, config_path(name), save, *overrides, procs=self.procs)
+            # the checkpoint by its name in the run's folder: the demo folder may move
+            return {"wall_s": wall, "checkpoint": latest_checkpoint(name, save).name}
 
         return self.stage(name, [name, f"{name}.log"], lambda: self.run(name), work)
 
@@ -229,15 +231,16 @@ class _Demo:
 
     def summary(self, name: str) -> RunResult:
         """Training run `name`'s row of the report, from its metrics.jsonl."""
-        return summarise(name, self.folder.path / name, self.folder.record(name)["wall_s"])
+        record, save = self.folder.record(name), self.folder.path / name
+        return summarise(name, save, record["wall_s"], save / record["checkpoint"])
 
     def convert(self, name: str) -> Path:
         """The HF conversion of training run `name`."""
-        from ..hf.convert import convert_to_hf
-
         hf = self.folder.path / f"{name}-hf"
 
         def work(resume: bool) -> None:
+            from ..hf.convert import convert_to_hf
+
             convert_to_hf(self.run(name).checkpoint, self.folder.entry(hf.name), force=True)
 
         return self.stage(hf.name, [hf.name], lambda: _model(hf), work)
@@ -334,7 +337,7 @@ def _require_figures(root: Path, markdown: str) -> str:
         if not path.is_file():
             raise CorruptFileError(f"{path} is missing")
         with open(path, "rb") as f:
-            if f.read(len(_PNG)) != _PNG:
+            if f.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
                 raise CorruptFileError(f"{path} is not a PNG")
     return markdown
 
@@ -384,12 +387,12 @@ def _layers(ids: list[int]) -> str:
 
 def _preamble(results: list[RunResult]) -> str:
     """The report's title, what the demo trains (sizes from its configs) and the training table."""
-    from .. import RepoTrainConfig, repo_layer_ids
+    from ..modes import repo_layer_ids
     from .corpus import NIAH_VARIANTS
 
     base = _config("base-rope")
     model = base.model
-    repo = RepoTrainConfig.load(config_path("stage2-repo"), validate_paths=False).model
+    repo = _config("stage2-repo").model
     return (
         "# `make demo`: tiny RePo against RoPE and NoPE\n\n"
         f"A tiny OLMo-2-shaped model (d_model {model.d_model}, {model.n_layers} layers"
@@ -432,7 +435,7 @@ def _in_loop(folder: DemoFolder) -> tuple[dict[str, dict[str, dict[int, float]]]
 def _in_loop_setting(folder: DemoFolder) -> tuple[int, str]:
     """The length of the stage-2 runs' in-loop NIAH and its prompts per variant, as the RePo run's config says
     (its config.yaml: the shipped config with the demo's overrides)."""
-    from ..eval.inloop_rows import PROMPTS
+    from ..eval.variants import PROMPTS
 
     config = OmegaConf.load(folder.path / STAGE2["RePo"] / "config.yaml")
     prompts = {e.get("prompts") or PROMPTS for e in config.evaluators if str(e.label).startswith("niah_")}

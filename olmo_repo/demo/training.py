@@ -20,7 +20,7 @@ from ..errors import RepoError
 from ..metrics import METRICS_FILE, metric_name, read_metrics
 from ..modes import POSITIONS_METRIC, repo_layer_ids
 
-__all__ = ["RunResult", "niah_curves", "positions_summary", "run_training", "summarise"]
+__all__ = ["RunResult", "latest_checkpoint", "niah_curves", "positions_summary", "run_training", "summarise"]
 
 LOSS = "train/CrossEntropyLoss"
 SPEED = "throughput/device/tokens_per_second"
@@ -74,10 +74,17 @@ def run_training(name: str, config: Path, save_folder: Path, *overrides: str, pr
     return time.monotonic() - start
 
 
-def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
-    """The run in `save_folder`, from its metrics.jsonl and checkpoints."""
-    from olmo.util import find_latest_checkpoint  # OLMo's rule for "latest" (ai2-olmo: seconds to import)
+def latest_checkpoint(name: str, save_folder: Path) -> Path:
+    """The latest checkpoint of run `name` in `save_folder`, by OLMo's rule; `RepoError` if it saved none."""
+    from olmo.util import find_latest_checkpoint  # ai2-olmo: seconds to import
 
+    if (checkpoint := find_latest_checkpoint(save_folder)) is None:
+        raise RepoError(f"{name} saved no checkpoint in {save_folder}")
+    return Path(checkpoint)
+
+
+def summarise(name: str, save_folder: Path, wall_s: float, checkpoint: Path) -> RunResult:
+    """The run in `save_folder`, from its metrics.jsonl, with its `checkpoint`."""
     metrics_path = save_folder / METRICS_FILE
     records = read_metrics(metrics_path) if metrics_path.is_file() else []
     train = [r for r in records if LOSS in r]
@@ -85,8 +92,6 @@ def summarise(name: str, save_folder: Path, wall_s: float) -> RunResult:
         raise RepoError(f"{name} logged no training step in {metrics_path}")
     evals = [r[k] for r in records for k in r if k.startswith("eval/") and k.endswith("CrossEntropyLoss")]
     speeds = [r[SPEED] for r in train if SPEED in r]
-    if (checkpoint := find_latest_checkpoint(save_folder)) is None:
-        raise RepoError(f"{name} saved no checkpoint in {save_folder}")
     return RunResult(
         name=name,
         steps=train[-1]["step"],

@@ -31,7 +31,6 @@ from .positions import (
 )
 
 __all__ = [
-    "PNG_SIGNATURE",
     "NeedlePrompt",
     "Section",
     "attention_section",
@@ -39,7 +38,6 @@ __all__ = [
     "positions_section",
 ]
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 """The first bytes of every PNG file: what may be replaced with `force`."""
 
 
@@ -151,7 +149,7 @@ def plot_head_positions(
 
     from ..hf.convert import as_hf_dir
     from ..integrity import require_model_dir
-    from ..output import check_replaceable_file
+    from ..output import PNG_SIGNATURE, check_replaceable_file
 
     check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
     require_model_dir(model_dir)  # missing, not a model or a damaged file: before anything loads

@@ -17,11 +17,10 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torchmetrics import Metric
 
+from .variants import PROMPTS
+
 __all__ = ["PROMPTS", "RANK_CANDIDATES", "NiahMetric", "RankBatches", "Row", "niah_rows"]
 
-PROMPTS = 100
-"""Prompts per variant. All eight variants at the training length then cost a small share of the training
-FLOPs between two calls of the official 1B config (README, "In-loop NIAH", counts it)."""
 RANK_CANDIDATES = 4  # gold + 3 distractors: all of niah_multikey_1's, a seeded draw of the needle haystacks'
 _GOLD, _TOKENS, _EXACT = 0, 1, 2  # columns of a row's stats: sum of log-probs, scored tokens, all argmax
 

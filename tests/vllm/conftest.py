@@ -4,8 +4,12 @@ with `--confcutdir tests/vllm` so that tests/conftest.py (the OLMo side's fixtur
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +23,82 @@ else:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if (worker := os.environ.get("PYTEST_XDIST_WORKER")) is not None:
+        # under xdist (tests/suite.py): each worker's engines compute on a core of their own
+        cpus = sorted(os.sched_getaffinity(0))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cpus[int(worker[2:]) % len(cpus)]))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     register(config)  # tests/suite.py's hooks, once per session
+
+
+# The fixtures of every vLLM test file (each xdist worker builds its own: a few seconds).
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, Any]]:
+    """Every model of `engines.MODELS` saved as an HF directory, with the HF model: (path, model)."""
+    from . import tiny
+    from .engines import MODELS
+
+    root = tmp_path_factory.mktemp("vllm-models")
+    out = {}
+    for name, kwargs in MODELS.items():
+        kwargs = dict(kwargs)
+        if "reference" in kwargs:
+            out[name] = (root / name, tiny.save_reference(root / name, kwargs.pop("reference"), **kwargs))
+        else:
+            out[name] = (root / name, tiny.save(root / name, **kwargs))
+    return out
+
+
+@pytest.fixture(scope="session")
+def hf_reference(checkpoints) -> dict[str, dict[str, Any]]:
+    """Per model: HF greedy continuations, prompt log-probs, max |logit| and max |position| over the prompts."""
+    import torch
+
+    from olmo_repo.hf import record_positions
+
+    from . import tiny
+    from .engines import NEW_TOKENS, prompts
+
+    out = {}
+    for name, (_, model) in checkpoints.items():
+        tokens, logprobs, max_logit, max_pos = [], [], 0.0, 0.0
+        for ids in prompts():
+            x = torch.tensor([ids])
+            with torch.no_grad(), record_positions(model) as positions:
+                logits = model(x).logits[0]  # [T, V]
+                gen = model.generate(
+                    x, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=tiny.PAD
+                )
+            tokens.append(gen[0, len(ids) :].tolist())
+            lp = logits.log_softmax(-1)
+            logprobs.append([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
+            max_logit = max(max_logit, logits.abs().max().item())
+            max_pos = max([max_pos, *(p.abs().max().item() for p in positions.values())])
+        out[name] = dict(tokens=tokens, logprobs=logprobs, max_logit=max_logit, max_pos=max_pos)
+    return out
+
+
+@pytest.fixture
+def make_llm() -> Iterator[Any]:
+    """`make_llm(path, **engine args)`: an fp32 vLLM engine; shut down and cleaned up after the test."""
+    from vllm import LLM
+
+    from olmo_repo.upstream import vllm as upstream
+
+    from .engines import MAX_MODEL_LEN
+
+    engines = []
+
+    def make(path: Path, **kwargs: Any) -> LLM:
+        args = dict(dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN, max_num_seqs=8, seed=0)
+        engines.append(LLM(str(path), **{**args, **kwargs}))
+        return engines[-1]
+
+    yield make
+    for llm in engines:
+        llm.llm_engine.engine_core.shutdown()
+    engines.clear()
+    gc.collect()
+    upstream.cleanup_dist_env_and_memory()
