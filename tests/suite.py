@@ -9,7 +9,8 @@ one session loads several of the conftests (the main session loads tests/core's 
 - every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
   two workers share the two cores instead of fighting over them;
 - a test marked `procs` (it starts a process group of its own: torchrun, spawned ranks, a SLURM job) runs
-  alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files);
+  alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files); a long
+  test made of several subprocess runs calls `let_procs_in` between them, so a waiting `procs` test goes first;
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
@@ -84,6 +85,9 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_HELD: list = []  # the cores lock file this worker holds shared during its current test (one at most)
+
+
 @contextmanager
 def _cores(folder: Path, exclusive: bool) -> Iterator[None]:
     """Hold the cores shared (a one-thread test) or alone (a `procs` test). A writer takes the turnstile before
@@ -92,11 +96,33 @@ def _cores(folder: Path, exclusive: bool) -> Iterator[None]:
     if exclusive:
         with _flock(turnstile, fcntl.LOCK_EX), _flock(cores, fcntl.LOCK_EX):
             yield
-    else:
-        with _flock(turnstile, fcntl.LOCK_EX):
-            pass
-        with _flock(cores, fcntl.LOCK_SH):
+        return
+    with _flock(turnstile, fcntl.LOCK_EX):
+        pass
+    with open(cores, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        _HELD.append((f, turnstile))
+        try:
             yield
+        finally:
+            _HELD.clear()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def let_procs_in() -> None:
+    """Between the steps of a long test (its subprocess runs): if a `procs` test waits for the cores, let it run
+    first, then go on. Without xdist, or with none waiting, returns at once."""
+    if not _HELD:
+        return
+    f, turnstile = _HELD[0]
+    with open(turnstile, "a") as t:
+        try:
+            fcntl.flock(t, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no writer waits
+        except BlockingIOError:
+            fcntl.flock(f, fcntl.LOCK_UN)  # the waiting writer takes the cores now
+            fcntl.flock(t, fcntl.LOCK_EX)  # held by the writer until its test ends
+            fcntl.flock(f, fcntl.LOCK_SH)
+        fcntl.flock(t, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,7 +1,8 @@
 """`make demo` killed at every stage boundary (issue 30): SIGKILL right after each stage records itself finished
 (and once in the middle of the evaluation), through `tests/demo_killed.py`, then started again: every start
-skips what finished, the report never loses a section it had, and the last start leaves the report and figures
-of an uninterrupted demo (`finished_demo`, built meanwhile by the other worker under xdist)."""
+skips what finished, the evaluation resumes after the section it recorded, the report never loses a section it
+had, and the last start leaves the report and figures of an uninterrupted demo (`finished_demo`, built
+meanwhile by the other worker under xdist)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def test_a_demo_killed_at_every_stage_boundary_ends_as_an_uninterrupted_one(requ
         seen = headings(out)
         if kill_after in STAGES:
             assert done(out) == STAGES[: STAGES.index(kill_after) + 1]
+        if kills[i - 1] == FIRST_SECTION:  # the evaluation resumes after its recorded section
+            assert "== evaluation: started before and interrupted, resuming it" in console
+            assert "1 section(s) recorded before, kept" in console and "NIAH:" not in console
         if kill_after == "stage1-rope":  # stage 1's run is left as it was by the starts after it
             metrics = out / "stage1-rope/metrics.jsonl"
             stage1 = (metrics.read_bytes(), metrics.stat().st_mtime_ns)

@@ -1,6 +1,7 @@
 """tests/suite.py under pytest-xdist, in a pytest run of its own on two workers: a `built_once` input is built
 once for the whole run, a failed build fails every test that asks for it without building again, a `procs`
-test overlaps no other test, and the workers compute with one thread."""
+test overlaps no other test (a long test lets it in between its steps), and the workers compute with one
+thread."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ TESTS = """
 import json, os, time
 import pytest
 import torch
-from tests.suite import built_once
+from tests.suite import built_once, let_procs_in
 
 LOG = os.environ["SUITE_LOG"]
 
@@ -66,8 +67,19 @@ def broken(tmp_path_factory):
 """
 
 
+LONG = """
+def test_a_long():  # first on its worker: the other worker's procs tests arrive while it runs
+    for step in range(12):
+        start = time.monotonic()
+        time.sleep(0.3)
+        _log(step=step, start=start, end=time.monotonic())
+        let_procs_in()
+"""
+
+
 def _file(name: str) -> str:
-    tests = [
+    tests = [LONG] if name == "a" else []
+    tests += [
         f"def test_{name}_{i}(shared):\n    time.sleep(0.3)\n    assert (shared / 'value').read_text() == '42'\n"
         for i in range(4)
     ]
@@ -91,17 +103,21 @@ def test_built_once_and_procs_alone_under_two_workers(tmp_path):
     builds = [Path(r["built"]).name for r in records if "built" in r]
     assert sorted(builds) == ["broken", "shared"], builds  # each once, though six tests asked
     summary = [line for line in result.stdout.splitlines() if line.startswith("ERROR test_")]
-    assert len(summary) == 3 and "15 passed" in result.stdout, result.stdout[-3000:]  # a fixture error each
+    assert len(summary) == 3 and "16 passed" in result.stdout, result.stdout[-3000:]  # a fixture error each
     assert sum("RuntimeError: the build broke" in line for line in summary) == 1, summary
     assert sum("building broken failed in another test" in line for line in summary) == 2, summary
     tests = [r for r in records if "test" in r]
-    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 18
+    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 19
     assert all(r["threads"] == 1 and r["omp"] == "1" for r in tests)
     assert {r["worker"] for r in tests} == {"gw0", "gw1"}
-    for alone in (r for r in tests if r["procs"]):
+    long = next(r for r in tests if r["test"] == "test_a_long")
+    steps = [r for r in records if "step" in r]
+    procs = [r for r in tests if r["procs"]]
+    for alone in procs:  # the long test's steps count, not its pauses
         overlapping = [
-            r["test"]
-            for r in tests
-            if r is not alone and r["start"] < alone["end"] and alone["start"] < r["end"]
+            r.get("test", f"step {r.get('step')}")
+            for r in [*tests, *steps]
+            if r is not alone and r is not long and r["start"] < alone["end"] and alone["start"] < r["end"]
         ]
         assert not overlapping, (alone["test"], overlapping)
+    assert any(long["start"] < r["start"] < long["end"] for r in procs), (long, procs)  # let in, not held off

@@ -112,12 +112,20 @@ def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
 @pytest.mark.slow
 def test_rulers_word_keys_are_the_list_ruler_computes_at_import():
     """RULER's module, imported without its import-time `WORDS`, draws its word keys from the same list:
-    `sorted(set(...))` of every adjective-noun pair, as the module computes it (~10 s here)."""
+    `sorted(set(...))` of every adjective-noun pair, as the module computes it (~10 s here), in order and by
+    index (where hyphenated adjectives make words of two adjectives interleave or coincide too)."""
     from olmo_repo.upstream.lm_eval import AdjectiveNounKeys, prepare_niah
 
     assert (
         isinstance(prepare_niah.WORDS, AdjectiveNounKeys)
         and prepare_niah.nouns == prepare_niah.r._categories["nouns"]
     )
-    words = [f"{adj}-{noun}" for adj in prepare_niah.adjs for noun in prepare_niah.nouns]
-    assert prepare_niah.WORDS.words == sorted(set(words))
+    words = sorted({f"{adj}-{noun}" for adj in prepare_niah.adjs for noun in prepare_niah.nouns})
+    keys = prepare_niah.WORDS
+    assert len(keys) == len(words) and list(keys) == words
+    merged = [i for i, word in enumerate(words) if word.count("-") > 1]  # in blocks of heads with hyphens
+    for i in [0, 1, len(words) - 1, *merged[:: max(1, len(merged) // 500)], *range(7, len(words), 9973)]:
+        assert keys[i] == words[i], i
+    assert keys[-1] == words[-1]
+    with pytest.raises(IndexError):
+        keys[len(words)]

@@ -21,8 +21,9 @@ evaluation its sections (`evaluation.json`) and figures. `report.md` is assemble
 rewritten after each stage that ran: a stage a rerun skips is read back, never dropped, and a rerun that skips
 everything leaves the report as it was. Each stage records a digest of its inputs: a rerun skips the stages
 that finished with the same inputs (and says so), resumes a training run that was interrupted from its latest
-checkpoint, redoes any other interrupted stage, a stage whose inputs changed (and every stage after it), and
-a finished stage whose records are missing or unreadable (saying so in one line).
+checkpoint and an evaluation after the sections it recorded, redoes any other interrupted stage, a stage whose
+inputs changed (and every stage after it), and a finished stage whose records are missing or unreadable (saying
+so in one line).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class _Demo:
                 return result
         elif state == "resume":
             print(
-                f"== {name}: started before and interrupted, {'resuming' if name in TRAINING else 'redoing'} it"
+                f"== {name}: started before and interrupted, {'resuming' if name in [*TRAINING, 'evaluation'] else 'redoing'} it"
             )
         self.folder.finish(name, **(work(state == "resume") or {}))
         self.ran.add(name)
@@ -262,25 +263,37 @@ class _Demo:
 
     def evaluate(self, models: dict[str, Path], resume: bool) -> None:
         """Evaluate `models` ({label: HF directory}) section by section, each recorded and published as it is
-        ready; an interrupted evaluation's sections stay in the record (the same inputs: the same results)
-        until this one replaces them."""
+        ready. An interrupted evaluation (the same inputs: the same results) resumes after the sections it
+        recorded whose figures are intact."""
         from ..eval.report import report_sections
         from ..upstream import lm_eval
         from .corpus import BATCH, SEQ_LEN
 
         print("\nEvaluating the stage-2 models for the report...", flush=True)
         lm_eval.quiet()  # lm-eval's per-task notes are noise here; its errors still show
-        sections = (self.recorded("evaluation", self.sections_text, partial=True) or []) if resume else []
+        sections = self._intact_sections() if resume else []
+        if sections:
+            print(f"   {len(sections)} section(s) recorded before, kept", flush=True)
         tokens = self.run(STAGE2["RoPE"]).steps * BATCH * SEQ_LEN  # stage 2 counts its steps from 0
         figures = self.folder.entry("figures")
-        done = 0
-        for done, section in enumerate(
-            report_sections(models, figures, groups=_groups(), samples=self.samples, tokens=tokens), 1
+        self.folder.write_text(EVALUATION, json.dumps(sections, indent=1))
+        for section in report_sections(
+            models, figures, groups=_groups(), samples=self.samples, tokens=tokens, done=len(sections)
         ):
-            sections[done - 1 : done] = [section]
+            sections.append(section)
             self.folder.write_text(EVALUATION, json.dumps(sections, indent=1))
             self.publish()
-        self.folder.write_text(EVALUATION, json.dumps(sections[:done], indent=1))
+
+    def _intact_sections(self) -> list[str]:
+        """The sections an interrupted evaluation with the current inputs recorded, up to the first whose
+        record or figures cannot be read."""
+        kept: list[str] = []
+        for section in self.recorded("evaluation", self.sections_text, partial=True) or []:
+            try:
+                kept.append(_require_figures(self.folder.path, section))
+            except _UNREADABLE:
+                break
+        return kept
 
     def publish(self) -> bool:
         """Rewrite report.md from the records of the stages that finished with their current inputs (the

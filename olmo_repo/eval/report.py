@@ -19,8 +19,10 @@ sections before it, never a half-written file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache, partial
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 from transformers import AutoTokenizer
@@ -128,11 +130,13 @@ def report_sections(
     samples: int = 20,
     tokens: int | None = None,
     seed: int = RULER_SEED,
+    done: int = 0,
 ) -> Iterator[str]:
     """Evaluate `models` ({name: HF directory}, the same training length) and yield each Markdown section of
     the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
     `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
-    count of the FLOPs table (none: no table)."""
+    count of the FLOPs table (none: no table). `done`: how many sections the caller holds already from an
+    interrupted evaluation with the same inputs (with their figures); those are neither computed nor yielded."""
     trained = {training_length(read_hf_config(d)) for d in models.values()}
     if len(trained) != 1:
         raise ValueError(
@@ -142,28 +146,37 @@ def report_sections(
     groups = groups or {"all": list(variants)}
     variants = [v for group in groups.values() for v in group]
 
-    scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-    yield f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}"
+    @cache
+    def loaded() -> dict[str, tuple[Any, Any]]:
+        return {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
 
-    loaded = {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
-    tokenizer = next(iter(loaded.values()))[1]
-    prompts = [
-        NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
-        for v in variants
-        for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
-    ]
-    attention = attention_section(loaded, prompts, figures, links_from=figures.parent)
-    yield f"## Attention mass\n\n{attention.markdown}"
+    def needles() -> str:
+        scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
+        return f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}"
 
-    texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
-    span_lengths = [length // 8, length // 4, length // 2, length]
-    for name, (model, tok) in loaded.items():
-        if repo_layer_ids(model.config):
-            section = positions_section(name, model, tok, texts, span_lengths, figures, figures.parent)
-            yield f"## Learned positions: {name}\n\n{section.markdown}"
+    def attention() -> str:
+        tokenizer = next(iter(loaded().values()))[1]
+        prompts = [
+            NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
+            for v in variants
+            for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
+        ]
+        section = attention_section(loaded(), prompts, figures, links_from=figures.parent)
+        return f"## Attention mass\n\n{section.markdown}"
 
+    def positions(name: str) -> str:
+        model, tokenizer = loaded()[name]
+        texts = [s.prompt for s in niah.niah_samples(tokenizer, "niah_single_2", 2 * length, n=4, seed=seed)]
+        span_lengths = [length // 8, length // 4, length // 2, length]
+        section = positions_section(name, model, tokenizer, texts, span_lengths, figures, figures.parent)
+        return f"## Learned positions: {name}\n\n{section.markdown}"
+
+    sections: list[Callable[[], str]] = [needles, attention]
+    sections += [partial(positions, n) for n, d in models.items() if repo_layer_ids(read_hf_config(d))]
     if tokens is not None:
-        yield f"## Training cost\n\n{_flops_markdown(models, tokens)}"
+        sections.append(lambda: f"## Training cost\n\n{_flops_markdown(models, tokens)}")
+    for section in sections[done:]:
+        yield section()
 
 
 def write_report(

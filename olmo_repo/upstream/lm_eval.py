@@ -8,8 +8,8 @@ What lm-eval lacks as public API, and so is taken from its internals here:
   The module downloads Punkt's data when imported: `upstream.nltk` points nltk at an offline copy first.
 - The same module computes `WORDS` when imported (every "adjective-noun" key, `sorted(set(...))`: 6.2M
   strings, ~10 s and ~1 GB in every process, also those that never draw a word key). It is imported here
-  without that (`_import_prepare_niah`) and given `AdjectiveNounKeys` instead: the same list, computed on the
-  first draw in ~3 s. The canary compares the two lists and pins the lines this relies on.
+  without that (`_import_prepare_niah`) and given `AdjectiveNounKeys` instead: the same list, indexed
+  without building it. The canary compares the two lists and pins the lines this relies on.
 - The generator draws keys, values and depths from the global `random` module: `seeded_random(state)` runs
   it from a given state and gives the caller's state back.
 - `load_yaml` of the private `lm_eval.tasks._yaml_loader` reads a task YAML without resolving its `!function`s.
@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 import random
 import sys
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from importlib import import_module
-from itertools import groupby
 from types import ModuleType
 from typing import Any
 
@@ -48,24 +48,52 @@ from lm_eval.tasks.ruler.common_utils import (  # noqa: E402
 
 
 class AdjectiveNounKeys(Sequence[str]):
-    """RULER's `WORDS`, computed on first use: every "adjective-noun" string, sorted, without duplicates. RULER
-    sorts the set of them (~10 s); sorting the product of the sorted word lists gives the same list faster,
-    since Python's sort merges its pre-sorted runs, and duplicates are then neighbours."""
+    """RULER's `WORDS`: every "adjective-noun" string, sorted, without duplicates, indexed without building the
+    6.2M strings. With H = "adjective-", the words of two heads that are not prefixes of one another do not
+    interleave (they differ within both heads), so the list is one block per head, its words H + each noun in
+    noun order. Only a head with longer heads starting with it ("well-", "well-known-") shares a block with
+    them, built as RULER builds it (sorted, duplicates dropped: "well-" + "known-x" is "well-known-" + "x")."""
 
     def __init__(self, adjectives: list[str], nouns: list[str]):
         self.adjectives, self.nouns = adjectives, nouns
 
     @cached_property
-    def words(self) -> list[str]:
-        words = [f"{a}-{n}" for a in sorted(set(self.adjectives)) for n in sorted(set(self.nouns))]
-        words.sort()
-        return [word for word, _ in groupby(words)]
+    def _blocks(self) -> tuple[list[int], list[str | list[str]], list[str]]:
+        """(first index of each block, the blocks: a head or a group's sorted words, the sorted nouns)."""
+        nouns = sorted(set(self.nouns))
+        heads = sorted({f"{a}-" for a in self.adjectives})
+        starts, blocks, total, i = [], [], 0, 0
+        while i < len(heads):
+            j = i + 1
+            while j < len(heads) and heads[j].startswith(heads[i]):
+                j += 1
+            block: str | list[str] = (
+                heads[i] if j == i + 1 else sorted({h + n for h in heads[i:j] for n in nouns})
+            )
+            starts.append(total)
+            blocks.append(block)
+            total += len(nouns) if isinstance(block, str) else len(block)
+            i = j
+        starts.append(total)
+        return starts, blocks, nouns
 
     def __len__(self) -> int:
-        return len(self.words)
+        return self._blocks[0][-1]
 
     def __getitem__(self, i: int) -> str:  # type: ignore[override]  (no slices: random.choice indexes)
-        return self.words[i]
+        starts, blocks, nouns = self._blocks
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"word index {i} out of range")
+        k = bisect_right(starts, i) - 1
+        block = blocks[k]
+        return block + nouns[i - starts[k]] if isinstance(block, str) else block[i - starts[k]]
+
+    def __iter__(self) -> Iterator[str]:
+        _, blocks, nouns = self._blocks
+        for block in blocks:
+            yield from ([block + n for n in nouns] if isinstance(block, str) else block)
 
 
 def _import_prepare_niah() -> ModuleType:
