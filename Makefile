@@ -37,9 +37,22 @@ test: install system-deps install-vllm install-core
 	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
 	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
 
-# The tests not marked slow (no training runs, subprocess launches, SLURM, browser or lm-eval): under 2 min.
-test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+# The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the
+# RePo core, the mode rule, configs, conversion round trips and bad input on every backend; no training run,
+# engine, SLURM or browser. Under 2 min: the vLLM and OLMo-core sessions run side by side, each on one core.
+FAST = tests/test_rope.py tests/test_repo_layer.py tests/test_model.py tests/test_attention.py tests/test_positions.py \
+	tests/test_config.py tests/test_preflight.py tests/test_checkpoint.py tests/test_stage1_init.py tests/test_hf.py \
+	tests/test_olmo3.py tests/test_scripts.py tests/test_upstream.py
+.PHONY: fast-vllm fast-core
+test-fast: install install-vllm install-core
+	$(BIN)/python $(PYTEST) -m "not slow" $(FAST)
+	$(MAKE) -j2 --output-sync=target fast-vllm fast-core
+
+fast-vllm:
+	$(VBIN)/python -m pytest -q -m "not slow" --confcutdir tests/vllm tests/vllm
+
+fast-core:
+	$(CBIN)/python -m pytest -q -m "not slow" --confcutdir tests/core tests/core
 
 # The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a missing page fails.
 .PHONY: docs docs-serve

@@ -51,6 +51,7 @@ def test_benchmark_smoke(tmp_path):
         assert row[0] == size and row[1] == f"{ratio['step']:.3f}" and row[-1] == f"{ratio['decode']:.3f}"
 
 
+@pytest.mark.slow  # the benchmark script in a subprocess
 @pytest.mark.parametrize("args", [["--json", "/nonexistent/bench.json"], ["--size", "cpu,nope"]])
 def test_bad_arguments_stop_before_measuring(args):
     proc = subprocess.run(

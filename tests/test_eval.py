@@ -108,6 +108,7 @@ def _check_sample(tokenizer, sample: niah.NiahSample) -> int:
     return gap
 
 
+@pytest.mark.slow  # long prompts
 def test_prompts_dolma2_4096(dolma2):
     """Every variant with the real dolma2 tokenizer at 4096: RULER's templates, within a haystack unit of the target."""
     gaps = {}
@@ -131,6 +132,7 @@ def test_prompts_byte_tokenizer_and_seeds(byte_tokenizer):
     assert __import__("random").getstate() == state  # the caller's random state is left alone
 
 
+@pytest.mark.slow  # long prompts
 def test_lengths_the_tokenizer_cannot_reach(byte_tokenizer):
     with pytest.raises(ValueError, match="niah_multivalue: length 600 is too short"):
         niah.niah_samples(byte_tokenizer, "niah_multivalue", 600, n=1)

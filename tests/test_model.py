@@ -255,13 +255,15 @@ def _check_rotation_against_float64_truth(monkeypatch, strategy: str | None, com
         assert_within(grads[key], true_grads[key], roundings=backward, what=f"gradient of {key}")
 
 
-@pytest.mark.parametrize("rotation", ["eager", "compiled"])  # compiled: what CUDA runs, here for CPU
+@pytest.mark.parametrize(
+    "rotation", ["eager", pytest.param("compiled", marks=pytest.mark.slow)]
+)  # compiled: what CUDA runs, here for CPU
 @pytest.mark.parametrize("strategy", [None, "whole_layer", "fine_grained"])
 def test_efficient_rotation_matches_float64_truth_in_the_model(monkeypatch, strategy, rotation):
     _check_rotation_against_float64_truth(monkeypatch, strategy, rotation == "compiled", "eager")
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize(
     "bug, caught_in",
     [("off by one position", "logits"), ("sign flip in dL/dz", "gradient of")],
@@ -271,6 +273,7 @@ def test_the_float64_comparison_catches_real_errors(monkeypatch, bug, caught_in,
         _check_rotation_against_float64_truth(monkeypatch, None, compiled, bug)
 
 
+@pytest.mark.slow  # inductor compiles
 def test_the_compiled_rotation_compiles_and_a_failed_compile_falls_back_to_eager(monkeypatch):
     q, k = torch.randn(2, 3, 9, 8, requires_grad=True), torch.randn(2, 3, 9, 8)
     z, inv_freq = (torch.randn(2, 3, 9) * 10).requires_grad_(), inv_frequencies(8, 1000.0)

@@ -64,6 +64,7 @@ def test_the_directory_loads_as_written(olmo3_dir):
     assert type(model).__name__ == "RepoOlmo3ForCausalLM"
 
 
+@pytest.mark.slow  # several forwards
 def test_yarn_scales_the_full_attention_layers_only(olmo3_dir, tmp_path):
     """At 2x the training length the full-attention layer's RoPE (and the RePo positions it rotates) takes
     YaRN; the sliding-window layers keep theirs, as OLMo 3's own long-context models do. The command records

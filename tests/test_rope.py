@@ -28,7 +28,7 @@ def test_integer_positions_reproduce_olmo_rope():
         assert_within(olmo, truth, roundings=roundings, magnitude=rotation_magnitude(x), what="OLMo's RoPE")
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])  # inductor
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_efficient_path_equals_plain_formula_with_gradients(dtype, compiled):
     B, H, T, D = 2, 3, 17, 16
@@ -52,7 +52,7 @@ def test_efficient_path_equals_plain_formula_with_gradients(dtype, compiled):
     assert_within(gz_fast, gz_ref, roundings=roundings + D, magnitude=magnitude.sum(-1), what="dL/dz")
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])  # inductor
 def test_gradcheck_float64(compiled):
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64, requires_grad=True)
     z = (torch.randn(1, 2, 5, dtype=torch.float64) * 3).requires_grad_()

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+@pytest.mark.slow  # the benchmark in a subprocess
 def test_benchmark_smoke(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "bench_core.py", "--size", "tiny", "--reps", "2", "--json", str(out)]

@@ -7,12 +7,15 @@ import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
+
 
 def test_versions_are_the_pinned_ones():
     assert version("ai2-olmo-core") == "3.0.0"
     assert version("torch").split("+")[0] == "2.13.0"
 
 
+@pytest.mark.slow  # a fresh interpreter importing everything
 def test_project_imports_without_ai2_olmo():
     """`import olmo_repo`, its HF side and its OLMo-core side load in a fresh process; ai2-olmo is absent and
     the ai2-olmo side is not imported."""

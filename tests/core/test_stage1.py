@@ -130,6 +130,7 @@ def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(setup, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # trains
 def test_positions_are_logged_per_repo_layer(setup, tmp_path):
     data, base = setup
     config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}", "--trainer.max_duration.value=2")
@@ -143,6 +144,7 @@ def test_positions_are_logged_per_repo_layer(setup, tmp_path):
         assert logged[step]["train/positions/layer1/min"] <= logged[step]["train/positions/layer1/max"]
 
 
+@pytest.mark.slow  # trains
 def test_sigusr1_stops_after_the_current_step_with_a_checkpoint(setup, tmp_path):
     """What SLURM's `--signal=USR1@...` does to a run: it stops after the step it is in, with a checkpoint."""
     import os
@@ -168,6 +170,7 @@ def test_sigusr1_stops_after_the_current_step_with_a_checkpoint(setup, tmp_path)
     assert (tmp_path / "run" / f"step{step}").is_dir() and not (tmp_path / "run" / "step6").exists()
 
 
+@pytest.mark.slow  # trains
 def test_inloop_niah_scores_the_base_model_under_todays_metric_names(setup, tmp_path):
     """The demo's base model retrieves the corpus's NIAH variants (niah_single_1: "seen") perfectly at 512
     tokens: OLMo-core's evaluator over the ai2-olmo side's rows and metric says so, under its metric names."""

@@ -21,6 +21,7 @@ from . import tiny
 from .engines import MAX_MODEL_LEN, MODELS, SWITCHES, check_against_hf, check_positions
 
 
+@pytest.mark.slow  # vLLM engines
 @pytest.mark.parametrize("switches", list(SWITCHES))
 @pytest.mark.parametrize("name", list(MODELS))
 def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, make_llm, name, switches):
@@ -32,6 +33,7 @@ def test_greedy_tokens_and_prompt_logprobs_equal_hf(checkpoints, hf_reference, m
         check_positions(llm, name, checkpoints, hf_reference)
 
 
+@pytest.mark.slow  # vLLM engines
 def test_compiled_engine_equals_hf(checkpoints, hf_reference, make_llm):
     """vLLM's default, torch.compile of the whole model (f_phi and the rotation fused by inductor), as `vllm
     serve` runs it: the same greedy tokens, prompt log-probs within the fp32 bound."""

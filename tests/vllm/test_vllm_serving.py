@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from . import tiny
 from .engines import MAX_MODEL_LEN, NEW_TOKENS, prompts
+
+pytestmark = pytest.mark.slow  # vLLM engines and servers
 
 
 def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path):

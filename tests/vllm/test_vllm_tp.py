@@ -7,6 +7,7 @@ import pytest
 from .engines import SWITCHES, check_against_hf
 
 
+@pytest.mark.slow
 @pytest.mark.procs
 @pytest.mark.parametrize("name", ["repo", "gqa"])
 def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
