@@ -14,14 +14,26 @@ PROG is the script's file name (`fetch.py`), the parser's `prog`. The scripts ar
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
 from ..errors import RepoError
 
-__all__ = ["fail", "run", "user_errors"]
+__all__ = ["fail", "positive_int", "run", "user_errors"]
 
 Errors = tuple[type[BaseException], ...]
+
+
+def positive_int(text: str) -> int:
+    """argparse `type` of a count or length: an integer of at least 1 (argparse names the flag otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
 
 
 def fail(prog: str, error: BaseException | str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..dtypes import DTYPE_NAMES
-from . import run
+from . import positive_int, run
 
 __all__ = ["main"]
 
@@ -34,13 +34,26 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="tokenizer.json, a directory with one, or a Hub id (default: the config's)",
     )
+    parser.add_argument(
+        "--max-position-embeddings",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the sequence length the model was trained at, for a checkpoint that records none (a run's "
+        "config.json and core_convert_from_hf's output record it: train_module.max_sequence_length)",
+    )
     args = parser.parse_args(argv)
 
     def convert() -> None:
         from ..olmocore.hf import core_to_hf
 
         out = core_to_hf(
-            args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer
+            args.input,
+            args.output,
+            force=args.force,
+            dtype=args.dtype,
+            tokenizer=args.tokenizer,
+            max_position_embeddings=args.max_position_embeddings,
         )
         print(f"wrote {out}")
 

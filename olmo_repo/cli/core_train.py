@@ -10,7 +10,7 @@ import argparse
 import re
 
 from ..errors import RepoError
-from . import fail
+from . import fail, positive_int
 
 __all__ = ["main"]
 
@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", default=None, help="the run's name for logging (W&B)")
     p.add_argument(
-        "--sequence-length", type=int, default=None, help="training length (default: the config's)"
+        "--sequence-length", type=positive_int, default=None, help="training length (default: the config's)"
     )
     p.add_argument("--dry-run", action="store_true", help="check and print the config, then exit")
     return p

@@ -57,8 +57,10 @@ def core_to_hf(
     tokenizer: str | None = None,
     max_position_embeddings: int | None = None,
 ) -> Path:
-    """Convert an OLMo-core checkpoint to an HF directory; returns `output`. Everything is checked (config
-    shape, tokenizer) before the weights are read, and nothing is written on an error."""
+    """Convert an OLMo-core checkpoint to an HF directory; returns `output`. Its `max_position_embeddings` is
+    the training length the checkpoint records (`train_module.max_sequence_length`: a run's, or the HF model's
+    that `hf_to_core` converted), or `max_position_embeddings` where it records none. Everything is checked
+    (config shape, length, tokenizer) before the weights are read, and nothing is written on an error."""
     if dtype is not None and dtype not in DTYPES:
         raise RepoError(f"dtype={dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
     check_distinct(input, output)
@@ -66,7 +68,12 @@ def core_to_hf(
     config = checkpoint.read_config(input)
     model_config = checkpoint.model_config(input)
     tok = (config.get("dataset") or {}).get("tokenizer") or {}
-    length = max_position_embeddings or (config.get("train_module") or {}).get("max_sequence_length") or 4096
+    length = max_position_embeddings or (config.get("train_module") or {}).get("max_sequence_length")
+    if not length:  # no default: an HF config's max_position_embeddings is the length evaluation extends from
+        raise RepoError(
+            f"{input}/config.json records no training length (train_module.max_sequence_length); pass "
+            "max_position_embeddings (--max-position-embeddings), the sequence length the model was trained at"
+        )
     try:
         hf_config = hf_config_from_core(
             model_config,
@@ -95,7 +102,8 @@ def core_to_hf(
 
 def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) -> Path:
     """Convert an HF Olmo2- or Olmo3-shaped directory to a model-only OLMo-core checkpoint (`model_and_optim/`, a
-    `config.json` with `model` and `dataset.tokenizer`, the tokenizer.json copied beside); returns `output`."""
+    `config.json` with `model`, `dataset.tokenizer` and the HF model's length as `train_module.max_sequence_length`,
+    the tokenizer.json copied beside); returns `output`."""
     input = Path(input)
     check_distinct(input, output)
     check_replaceable(output, force)
@@ -127,7 +135,11 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
         if (input / "tokenizer.json").is_file():
             shutil.copyfile(input / "tokenizer.json", staging / "tokenizer.json")
             tokenizer["identifier"] = str(Path(output).resolve() / "tokenizer.json")
-        checkpoint.save_model(
-            model, {"model": model_config.as_config_dict(), "dataset": {"tokenizer": tokenizer}}, staging
-        )
+        config = {
+            "model": model_config.as_config_dict(),
+            "dataset": {"tokenizer": tokenizer},
+            # the HF model's length, as a run records its own: core_to_hf gives it back to the HF config
+            "train_module": {"max_sequence_length": hf_config.max_position_embeddings},
+        }
+        checkpoint.save_model(model, config, staging)
     return Path(output)

@@ -76,3 +76,17 @@ def test_converters_name_a_missing_input(tmp_path, capsys):
         assert command.main(["--input", str(missing), "--output", str(out)]) == 1
         _one_line(capsys, prog, str(missing))
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-512", "many"])
+def test_a_length_that_is_not_a_positive_integer_is_a_usage_error(tmp_path, capsys, value):
+    """`--sequence-length=0` used to train at the config's length, exit 0."""
+    with pytest.raises(SystemExit) as exit:
+        core_train.main([str(TINY), f"--save-folder={tmp_path / 'run'}", f"--sequence-length={value}"])
+    assert exit.value.code == 2 and "--sequence-length" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        core_convert_to_hf.main(
+            ["--input", str(tmp_path), "--output", str(tmp_path / "hf"), f"--max-position-embeddings={value}"]
+        )
+    assert exit.value.code == 2 and "--max-position-embeddings" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -29,7 +29,9 @@ TOKENIZER = {
 }
 
 
-def _save_core(tmp_path, config, spread: float = 3000.0):
+def _save_core(tmp_path, config, spread: float = 3000.0, length: int | None = 64):
+    """A model-only checkpoint of `config` with RePo's f_phi spread wide; `length`: the training length it
+    records as a run does (none: not recorded)."""
     torch.manual_seed(0)
     model = config.build(init_device="cpu")
     model.init_weights(max_seq_len=64)
@@ -39,7 +41,10 @@ def _save_core(tmp_path, config, spread: float = 3000.0):
                 block.attention.final_map.weight.mul_(spread)
     out = tmp_path / "core"
     out.mkdir()
-    checkpoint.save_model(model, {"model": config.as_config_dict(), "dataset": {"tokenizer": TOKENIZER}}, out)
+    saved = {"model": config.as_config_dict(), "dataset": {"tokenizer": TOKENIZER}}
+    if length is not None:
+        saved["train_module"] = {"max_sequence_length": length}
+    checkpoint.save_model(model, saved, out)
     return model.eval(), out
 
 
@@ -90,7 +95,9 @@ def test_demo_base_model_round_trips_and_matches_hf(tmp_path):
     config = checkpoint.model_config(core_dir)
     assert config.tie_word_embeddings and config.dtype == "bfloat16"
     back = core_to_hf(core_dir, tmp_path / "hf")
-    assert json.loads((back / "config.json").read_text())["model_type"] == "olmo2"
+    saved, stock_config = (json.loads((d / "config.json").read_text()) for d in (back, BASE_DIR))
+    assert saved["model_type"] == "olmo2"
+    assert saved["max_position_embeddings"] == stock_config["max_position_embeddings"] == 512  # no default
     stock = Olmo2ForCausalLM.from_pretrained(BASE_DIR)
     again = Olmo2ForCausalLM.from_pretrained(back)
     for (name, a), (_, b) in zip(stock.state_dict().items(), again.state_dict().items(), strict=True):
@@ -189,7 +196,8 @@ def _full_attention(tmp_path, core_dir):
     out = tmp_path / "full"
     out.mkdir()
     model = checkpoint.load_model(core_dir)
-    checkpoint.save_model(model, {"model": config.as_config_dict(), "dataset": {"tokenizer": TOKENIZER}}, out)
+    saved = {**checkpoint.read_config(core_dir), "model": config.as_config_dict()}
+    checkpoint.save_model(model, saved, out)
     return out
 
 
@@ -242,3 +250,20 @@ def test_a_conversion_rerun_with_force_writes_the_same_and_without_refuses(tmp_p
     described = [pickle.loads(files.pop(metadata)).state_dict_metadata for files in (first, again)]
     assert again == first and described[0] == described[1]
     _assert_round_trip(hf_dir, model, tmp_path / "again")
+
+
+def test_a_checkpoint_without_its_training_length_needs_it_given(tmp_path):
+    """No default stands in for the length an HF config's max_position_embeddings carries (evaluation extends
+    the context from it): a checkpoint that records none is refused, naming the key and the flag."""
+    config = olmo2_tiny("repo", 1, vocab_size=4096)
+    _, core_dir = _save_core(tmp_path, config, length=None)
+    with pytest.raises(
+        RepoError, match=r"records no training length \(train_module.max_sequence_length\).*--max-"
+    ):
+        core_to_hf(core_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf", max_position_embeddings=256)
+    assert json.loads((hf_dir / "config.json").read_text())["max_position_embeddings"] == 256
+    recorded = hf_to_core(hf_dir, tmp_path / "back")  # records the HF model's length
+    again = core_to_hf(recorded, tmp_path / "hf2")
+    assert json.loads((again / "config.json").read_text())["max_position_embeddings"] == 256
