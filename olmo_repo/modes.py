@@ -23,16 +23,19 @@ The reference implementation spells the same thing two ways: its OLMo YAML (`dyn
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from difflib import get_close_matches
 from enum import Enum
 from typing import Any
 
 __all__ = [
     "F_PHI_HIDDEN_RATIO",
     "F_PHI_WEIGHTS",
+    "PE_KEYS",
     "POSITIONS_METRIC",
     "REFERENCE_MODES",
     "PositionMode",
+    "check_pe_keys",
     "check_position_modes",
     "layer_modes",
     "parse_layer_ids",
@@ -67,6 +70,9 @@ F_PHI_WEIGHTS = ("gate_map", "content_map", "final_map")
 
 F_PHI_HIDDEN_RATIO = 8
 """f_phi's hidden width is d_model // 8 (gate_map, content_map: d_model -> d_model // 8; the paper's)."""
+
+PE_KEYS = ("pe_mode", "pe_start_layer", "pe_layer_ids")
+"""The position-mode keys, as every config of this project spells them."""
 
 POSITIONS_METRIC = "train/positions/layer{layer}/{stat}"
 """The training metrics of a RePo layer's predicted positions; stat: min, max, std."""
@@ -144,6 +150,23 @@ def check_position_modes(
             f"{prefix}pe_mode={pe_mode} selects no layer: pe_start_layer={pe_start_layer} and "
             f"pe_layer_ids={None if pe_layer_ids is None else list(pe_layer_ids)} have no layer in common"
         )
+
+
+def check_pe_keys(keys: Iterable[str], where: str, allowed: Iterable[str] = ()) -> None:
+    """Raise one `ValueError` for the first key of `keys` that looks like a position-mode key but is none
+    (`pe_mdoe`, `pe_start`, `pemode`), naming the nearest of `PE_KEYS`: a misspelt key would otherwise leave
+    the layers at their default, RoPE, in silence. Other keys (the stock ones of a config) and `allowed` pass."""
+    known = {*PE_KEYS, *allowed}
+    for key in keys:
+        if key in known:
+            continue
+        prefixed = key.startswith("pe_")  # surely meant as one; else only a near spelling counts
+        near = get_close_matches(key, PE_KEYS, n=1, cutoff=0.5 if prefixed else 0.8)
+        if prefixed or near:
+            hint = (
+                f"did you mean {near[0]!r}?" if near else f"the position-mode keys are {', '.join(PE_KEYS)}"
+            )
+            raise ValueError(f"{where}: unknown key {key!r}; {hint}")
 
 
 def reference_mode(value: str, key: str) -> PositionMode:

@@ -774,6 +774,34 @@ def test_a_checkpoint_whose_f_phi_does_not_fit_its_config_is_refused_in_one_line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]
 
 
+@pytest.mark.parametrize(
+    "pe_mode, key, says",
+    [
+        ("repo", "pe_mdoe", "did you mean 'pe_mode'?"),  # RePo weights give it away
+        ("rope", "pe_mdoe", "did you mean 'pe_mode'?"),  # `pe_mode: nope` misspelt: no weight says so
+        ("repo", "pe_start", "did you mean 'pe_start_layer'?"),
+    ],
+)
+def test_a_misspelt_position_key_is_refused_naming_the_nearest(tmp_path, tokenizer_file, pe_mode, key, says):
+    """A config.json whose position-mode key is misspelt read as all-RoPE, the RePo weights dropped: every
+    reader of an HF directory refuses it in one line naming the key and its nearest known name."""
+    extra = {"pe_start_layer": 1} if pe_mode == "repo" else {}
+    make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode=pe_mode, **extra)
+    hf_dir = convert_to_hf(tmp_path / "olmo", tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    real = {"pe_mdoe": "pe_mode", "pe_start": "pe_start_layer"}[key]
+    config[key] = config.pop(real, "nope")
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    message = rf"^{re.escape(str(hf_dir))}/config\.json: unknown key '{key}'; {re.escape(says)}$"
+    from olmo_repo.eval.loading import load_model  # scripts/eval.py's, the report's, the analyses' loader
+
+    readers = (read_hf_config, lambda d: convert_from_hf(d, tmp_path / "back"), lambda d: load_model(d, 64))
+    for load in (lambda reader=reader: reader(hf_dir) for reader in readers):
+        with pytest.raises(ValueError, match=message):
+            load()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "olmo"]
+
+
 # ------------------------------------------------------------------------- reruns lose and change nothing
 
 _KILLED_BEFORE_THE_REPLACE = """

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
-from olmo_repo.hf import DTYPES
+from olmo_repo.hf import DTYPES, read_hf_config  # (importing olmo_repo.hf registers repo_olmo2 with Auto*)
 
 from .variants import parse_yarn  # light: the command checks --yarn before importing this module
 
@@ -54,8 +53,10 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
 ) -> PreTrainedModel:
-    """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), in eval mode."""
-    overrides = yarn_overrides(AutoConfig.from_pretrained(hf_dir), length, yarn)
+    """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), in eval mode. Its
+    config is read and checked as every reader of an HF directory does (`read_hf_config`: a misspelt position
+    key, f_phi weights that do not fit): ValueError naming the file."""
+    overrides = yarn_overrides(read_hf_config(hf_dir), length, yarn)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=DTYPES[dtype], **overrides)
     return model.to(device).eval()
 

@@ -34,6 +34,7 @@ from ..modes import (
     F_PHI_HIDDEN_RATIO,
     F_PHI_WEIGHTS,
     PositionMode,
+    check_pe_keys,
     layer_modes,
     parse_layer_ids,
     reference_mode,
@@ -187,6 +188,7 @@ def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
         raw = from_reference(raw, shapes, str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
+    check_pe_keys(raw, f"{hf_dir}/config.json")  # a misspelt key would read as RoPE, weights dropped
     stock, repo = _CONFIGS[model_type]
     if model_type == repo.model_type or raw.get("pe_mode", PositionMode.rope) != PositionMode.rope:
         config = repo.from_dict(raw)
