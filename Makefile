@@ -56,8 +56,8 @@ fast-core:
 
 # The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a missing page fails.
 .PHONY: docs docs-serve
-docs: install
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+docs: install  # built from docs/: no path of the build may depend on the working directory
+	cd docs && NO_MKDOCS_2_WARNING=1 ../$(BIN)/mkdocs build --strict -f ../mkdocs.yml
 
 docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
