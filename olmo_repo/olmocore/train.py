@@ -30,6 +30,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,6 +98,15 @@ def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
 _BUCKETS = ("s3", "r2", "weka", "gs")  # the object stores of olmo_core.io
 
 
+def _is_run(folder: Path) -> bool:
+    """Whether `folder` holds what a run writes first: its data order, metrics or a checkpoint (a rerun resumes
+    it); a folder of other files is not trained over."""
+    return any(
+        p.name == "metrics.jsonl" or re.fullmatch(r"step\d+|global_indices_.*\.npy", p.name)
+        for p in folder.iterdir()
+    )
+
+
 def check_experiment(config: ExperimentConfig) -> None:
     """What can be checked before a process group starts; `RepoError`/`OLMoConfigurationError` naming the key
     or file."""
@@ -108,6 +118,13 @@ def check_experiment(config: ExperimentConfig) -> None:
         raise RepoError(
             f"--save-folder={save}: OLMo-core saves into a bucket only two or more folders below its root; "
             f"use e.g. {url.scheme}://{url.netloc}/runs/{url.path.strip('/') or 'NAME'}"
+        )
+    folder = Path(save)
+    if not is_url(save) and folder.is_dir() and any(folder.iterdir()) and not _is_run(folder):
+        theirs = sorted(p.name for p in folder.iterdir())
+        raise RepoError(
+            f"--save-folder={save} holds {', '.join(theirs[:3])}{' ...' if len(theirs) > 3 else ''} but no run "
+            "(no metrics.jsonl, stepN/ or global_indices_*.npy): use a new or empty folder"
         )
     model = config.model
     for block in model.resolved_block_configs:

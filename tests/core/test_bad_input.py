@@ -90,3 +90,18 @@ def test_a_length_that_is_not_a_positive_integer_is_a_usage_error(tmp_path, caps
         )
     assert exit.value.code == 2 and "--max-position-embeddings" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_core_train_refuses_a_folder_of_other_files(tmp_path, capsys):
+    """A non-empty --save-folder that holds no run (the user's files) used to be trained in."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    save = tmp_path / "mine"
+    save.mkdir()
+    (save / "notes.txt").write_text("my notes")
+    assert core_train.main([str(TINY), f"--save-folder={save}", f"--data-root={data}"]) == 1
+    _one_line(capsys, "core_train.py", f"--save-folder={save} holds notes.txt but no run")
+    assert [p.name for p in save.iterdir()] == ["notes.txt"] and (
+        save / "notes.txt"
+    ).read_text() == "my notes"
