@@ -858,3 +858,11 @@ def test_a_conversion_rerun_changes_nothing_and_a_killed_one_leaves_the_output_a
     # What is left beside the output: the inputs, and the staging folder the kill left (hidden, never `out`).
     left = {p.name for p in tmp_path.iterdir() if not p.name.startswith(".out.partial-")}
     assert left == {"olmo", "out"} | ({"hf"} if command == "convert_from_hf" else set())
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", '{"model_type": "olmo2",'])
+def test_an_unreadable_config_json_is_named_in_one_line(tmp_path, text):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'config.json'))} is not ") as error:
+        read_hf_config(tmp_path)
+    assert "\n" not in str(error.value)

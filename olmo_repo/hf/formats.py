@@ -176,8 +176,14 @@ def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
     weights; `Olmo2Config` if it selects no RePo/NoPE layer). f_phi's weights are checked against it."""
     if problem := olmo_core_checkpoint_problem(hf_dir, "scripts/core_convert_to_hf.py"):
         raise ValueError(problem)
-    with open(os.path.join(hf_dir, "config.json")) as f:
-        raw = json.load(f)
+    file = os.path.join(hf_dir, "config.json")
+    with open(file) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{file} is not a JSON object of config keys")
     model_type = raw.get("model_type")
     if model_type not in _CONFIGS:
         raise ValueError(
@@ -188,7 +194,7 @@ def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
         raw = from_reference(raw, shapes, str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
-    check_pe_keys(raw, f"{hf_dir}/config.json")  # a misspelt key would read as RoPE, weights dropped
+    check_pe_keys(raw, file)  # a misspelt key would read as RoPE, weights dropped
     stock, repo = _CONFIGS[model_type]
     if model_type == repo.model_type or raw.get("pe_mode", PositionMode.rope) != PositionMode.rope:
         config = repo.from_dict(raw)
