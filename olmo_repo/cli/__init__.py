@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ..errors import RepoError
 
-__all__ = ["fail", "positive_int", "run", "user_errors"]
+__all__ = ["check_input", "fail", "positive_int", "run", "user_errors"]
 
 Errors = tuple[type[BaseException], ...]
 
@@ -34,6 +34,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def check_input(input: str, output: str, force: bool) -> None:
+    """A converter's `--input` exists and its `--output` may be written (`olmo_repo.output`): what a command
+    checks before importing a framework, so that a typo answers at once. Raises as `run` expects."""
+    from pathlib import Path
+
+    from ..output import check_distinct, check_replaceable
+
+    if "://" not in input and not Path(input).exists():
+        raise FileNotFoundError(f"--input {input} does not exist")
+    check_distinct(input, output)
+    check_replaceable(output, force)
 
 
 def fail(prog: str, error: BaseException | str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import run
+from . import check_input, run
 
 __all__ = ["main"]
 
@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def convert() -> None:
+        check_input(args.input, args.output, args.force)  # before OLMo-core loads (seconds)
         from ..olmocore.hf import hf_to_core
 
         print(f"wrote {hf_to_core(args.input, args.output, force=args.force)}")

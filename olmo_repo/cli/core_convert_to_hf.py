@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..dtypes import DTYPE_NAMES
-from . import positive_int, run
+from . import check_input, positive_int, run
 
 __all__ = ["main"]
 
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def convert() -> None:
+        check_input(args.input, args.output, args.force)  # before OLMo-core loads (seconds)
         from ..olmocore.hf import core_to_hf
 
         out = core_to_hf(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from ..errors import RepoError
 from . import fail, positive_int
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     opts, overrides = parser.parse_known_args(argv)
     if bad := [a for a in overrides if not _OVERRIDE.fullmatch(a)]:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are --key=value)")
+    if not Path(opts.config).is_file():  # before OLMo-core loads (seconds)
+        return fail("core_train.py", f"{opts.config}: no such config file (see configs/olmocore/)")
     try:
         from olmo_core.exceptions import OLMoConfigurationError
         from olmo_core.script_utils import ExperimentConfig  # noqa: F401  (OLMo-core 3 only)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from olmo_repo.cli import core_convert_from_hf, core_convert_to_hf, core_train
@@ -105,3 +109,35 @@ def test_core_train_refuses_a_folder_of_other_files(tmp_path, capsys):
     assert [p.name for p in save.iterdir()] == ["notes.txt"] and (
         save / "notes.txt"
     ).read_text() == "my notes"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("core_convert_to_hf", ["--input", "{missing}", "--output", "{out}"]),
+        ("core_convert_from_hf", ["--input", "{missing}", "--output", "{out}"]),
+        ("core_train", ["{missing}", "--save-folder={out}"]),
+    ],
+)
+def test_a_missing_input_is_refused_before_olmo_core_loads(tmp_path, name, args):
+    """A typo in a path answers at once (it took 10-29 s: OLMo-core and torch loaded first)."""
+    missing, out = tmp_path / "nowhere", tmp_path / "out"
+    argv = [str(ROOT / "scripts" / f"{name}.py"), *(a.format(missing=missing, out=out) for a in args)]
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = {argv!r}\n"
+        "try:\n"
+        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "finally:\n"
+        "    print(sorted(m for m in ('torch', 'olmo_core', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    line = result.stderr.rstrip("\n")
+    assert result.returncode == 1 and "\n" not in line and line.startswith(f"{name}.py: error: "), (
+        result.stderr
+    )
+    assert str(missing) in line and result.stdout.splitlines()[-1] == "[]", result.stdout
+    assert not out.exists()
