@@ -158,3 +158,23 @@ def test_convert_to_hf_offers_the_dtypes_the_package_has(capsys):
 
     dtype = next(a for a in _parser("convert_to_hf")._actions if a.dest == "dtype")
     assert sorted(dtype.choices) == sorted(DTYPES)
+
+
+def test_a_config_validators_error_is_said_by_its_cause(capsys):
+    """huggingface_hub wraps a config validator's ValueError in a header line that names no key ("Class
+    validation error for validator 'validate_position_modes':"): the commands print the cause instead."""
+    from olmo_repo.hf import RepoOlmo2Config
+
+    with pytest.raises(Exception) as error:
+        RepoOlmo2Config(num_hidden_layers=2, pe_mode="repo", pe_start_layer=5)
+    assert (
+        str(error.value).startswith("Class validation error")
+        and run("x.py", lambda: raise_(error.value)) == 1
+    )
+    assert capsys.readouterr().err == (
+        "x.py: error: pe_start_layer=5 is out of range: allowed 0..1 (num_hidden_layers=2)\n"
+    )
+
+
+def raise_(error: BaseException) -> None:
+    raise error

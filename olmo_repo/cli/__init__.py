@@ -50,8 +50,12 @@ def check_input(input: str, output: str, force: bool) -> None:
 
 
 def fail(prog: str, error: BaseException | str) -> int:
-    """Print `prog: error: ...` (the first line of the error) on stderr; return the exit status 1."""
+    """Print `prog: error: ...` (the first line of the error) on stderr; return the exit status 1. An error
+    whose first line is only a header ("Class validation error for validator 'x':", huggingface_hub's
+    config validators) is said by its cause, which names the key."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if message.endswith(":") and isinstance(error, BaseException) and error.__cause__ is not None:
+        return fail(prog, error.__cause__)
     if isinstance(error, KeyError) and message.startswith(("'", '"')):
         message = message[1:-1]  # KeyError quotes its message
     print(f"{prog}: error: {message}", file=sys.stderr)
