@@ -14,6 +14,7 @@ checkpoint was written with.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,36 @@ def is_checkpoint(path: str | Path) -> bool:
     return (Path(path) / MODEL_AND_OPTIM / ".metadata").is_file()
 
 
+def not_a_checkpoint(path: str | Path, key: str = "") -> str:
+    """The one-line error for `path` (given as `key`, e.g. "load_path=") where an OLMo-core checkpoint is
+    needed, saying what it is instead and what to pass."""
+    path = Path(path)
+    steps = sorted(
+        (p for p in path.glob("step*") if re.fullmatch(r"step\d+", p.name) and is_checkpoint(p)),
+        key=lambda p: int(p.name[4:]),
+    )
+    if not path.exists():
+        hint = ": it does not exist"
+    elif steps:
+        hint = f" but a run's folder: pass one of its checkpoints, e.g. the latest, {steps[-1]}"
+    elif (path / "model.pt").is_file() or (path / "config.yaml").is_file():
+        hint = (
+            " (it is an ai2-olmo checkpoint: scripts/convert_to_hf.py in .venv makes it an HF directory, which "
+            "scripts/core_convert_from_hf.py makes an OLMo-core checkpoint)"
+        )
+    elif (path / "config.json").is_file():
+        hint = " (it is a Hugging Face directory: scripts/core_convert_from_hf.py converts it)"
+    else:
+        hint = f", no {MODEL_AND_OPTIM}/.metadata"
+    return f"{key}{path}: not an OLMo-core checkpoint{hint}"
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """The `config.json` of an OLMo-core checkpoint; `RepoError` naming the file when it is missing or not an
     OLMo-core checkpoint of this project."""
     path = Path(path)
     if not is_checkpoint(path):
-        hint = ""
-        if (path / "model.pt").is_file() or (path / "config.yaml").is_file():
-            hint = " (it is an ai2-olmo checkpoint: use scripts/convert_to_hf.py and the .venv commands)"
-        elif (path / "config.json").is_file():
-            hint = " (it is a Hugging Face directory: scripts/core_convert_from_hf.py converts it)"
-        raise RepoError(f"{path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata{hint}")
+        raise RepoError(not_a_checkpoint(path))
     file = path / CONFIG
     if not file.is_file():
         raise RepoError(

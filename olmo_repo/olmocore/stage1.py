@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 
 from ..errors import RepoError
 from ..modes import F_PHI_WEIGHTS
-from .checkpoint import MODEL_AND_OPTIM
+from .checkpoint import MODEL_AND_OPTIM, not_a_checkpoint
 
 __all__ = ["check_stage1", "is_f_phi_key", "load_stage1"]
 
@@ -58,11 +58,11 @@ def _metadata(path: str) -> tuple[str, Metadata]:
     try:
         return directory, get_checkpoint_metadata(directory)
     except FileNotFoundError:
-        hint = " (an ai2-olmo checkpoint? convert it through HF: scripts/convert_to_hf.py, then scripts/core_convert_from_hf.py)"
-        hint = hint if "://" not in path and (Path(path) / "model.pt").is_file() else ""
-        raise RepoError(
-            f"load_path={path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata{hint}"
-        ) from None
+        if "://" in path:
+            raise RepoError(
+                f"load_path={path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata"
+            ) from None
+        raise RepoError(not_a_checkpoint(path, "load_path=")) from None
 
 
 def _flat_keys(state: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -141,3 +141,23 @@ def test_a_missing_input_is_refused_before_olmo_core_loads(tmp_path, name, args)
     )
     assert str(missing) in line and result.stdout.splitlines()[-1] == "[]", result.stdout
     assert not out.exists()
+
+
+def test_a_run_folder_where_a_checkpoint_is_needed_names_its_latest(tmp_path, capsys):
+    """A run's folder instead of its stepN/: one line naming the checkpoint to pass."""
+    from olmo_repo.olmocore.checkpoint import MODEL_AND_OPTIM
+
+    run = tmp_path / "run"
+    for step in (2, 10, 4):  # numerically latest, not by name
+        (run / f"step{step}" / MODEL_AND_OPTIM).mkdir(parents=True)
+        (run / f"step{step}" / MODEL_AND_OPTIM / ".metadata").write_bytes(b"")
+    assert core_convert_to_hf.main(["--input", str(run), "--output", str(tmp_path / "hf")]) == 1
+    _one_line(capsys, "core_convert_to_hf.py", f"{run}: not an OLMo-core checkpoint but a run's folder")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    save = tmp_path / "new"
+    argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}", f"--load_path={run}"]
+    assert core_train.main(argv) == 1
+    _one_line(capsys, "core_train.py", f"e.g. the latest, {run / 'step10'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
