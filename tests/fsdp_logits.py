@@ -25,4 +25,9 @@ if __name__ == "__main__":
         logits = trainer.dist_model(torch.load(ids_path)).logits  # [B, T, vocab], every rank
         if dist.get_rank() == 0:
             torch.save(logits, out_path)
+    del (
+        trainer,
+        logits,
+    )  # the trainer before the group, every rank's collectives done (tests/test_inloop_niah.py)
+    dist.barrier()
     dist.destroy_process_group()

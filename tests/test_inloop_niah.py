@@ -293,6 +293,7 @@ def test_eval_on_load_scores_a_checkpoint_loaded_at_step_0(data, tmp_path):
 def _worker(argv: list[str]) -> None:
     """The train command's steps up to `fit()`, then one `Trainer.eval()` (metrics.jsonl on rank 0)."""
     import torch.distributed as dist
+    from olmo.torch_util import barrier
     from olmo.util import clean_opt
 
     from olmo_repo.train import build_trainer, init_distributed, preflight
@@ -305,7 +306,9 @@ def _worker(argv: list[str]) -> None:
     preflight(cfg, cuda=False, world_size=dist.get_world_size())
     with build_trainer(cfg, device) as trainer:
         trainer.eval()
-    dist.destroy_process_group()
+    del trainer  # as the train command does: the trainer (its DDP reducer holds the group) goes first,
+    barrier()  # then every rank's collectives finish; a group torn down under a gloo thread still freeing
+    dist.destroy_process_group()  # the last all-gather's tensors deadlocks on the GIL (torch 2.13)
 
 
 if __name__ == "__main__":
