@@ -68,12 +68,15 @@ def broken(tmp_path_factory):
 
 
 LONG = """
-def test_a_long():  # first on its worker: the other worker's procs tests arrive while it runs
-    for step in range(12):
+def test_a_long():  # first on its worker: steps until a procs test of the other worker went in a pause
+    for step in range(300):  # at most a minute, however late the other worker starts
         start = time.monotonic()
-        time.sleep(0.3)
+        time.sleep(0.2)
         _log(step=step, start=start, end=time.monotonic())
         let_procs_in()
+        with open(LOG) as f:
+            if step >= 3 and any('"procs": true' in line for line in f):
+                break
 """
 
 
