@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ..errors import RepoError
+from ..output import check_distinct, check_replaceable
 
 __all__ = ["check_input", "fail", "positive_int", "run", "user_errors"]
 
@@ -39,10 +41,6 @@ def positive_int(text: str) -> int:
 def check_input(input: str, output: str, force: bool) -> None:
     """A converter's `--input` exists and its `--output` may be written (`olmo_repo.output`): what a command
     checks before importing a framework, so that a typo answers at once. Raises as `run` expects."""
-    from pathlib import Path
-
-    from ..output import check_distinct, check_replaceable
-
     if "://" not in input and not Path(input).exists():
         raise FileNotFoundError(f"--input {input} does not exist")
     check_distinct(input, output)

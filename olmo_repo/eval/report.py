@@ -137,7 +137,8 @@ def report_sections(
     `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
     count of the FLOPs table (none: no table). `done`: how many sections the caller holds already from an
     interrupted evaluation with the same inputs (with their figures); those are neither computed nor yielded."""
-    trained = {training_length(read_hf_config(d)) for d in models.values()}
+    configs = {name: read_hf_config(d) for name, d in models.items()}
+    trained = {training_length(c) for c in configs.values()}
     if len(trained) != 1:
         raise ValueError(
             f"the models were trained at different lengths {sorted(trained)}; compare like with like"
@@ -172,7 +173,7 @@ def report_sections(
         return f"## Learned positions: {name}\n\n{section.markdown}"
 
     sections: list[Callable[[], str]] = [needles, attention]
-    sections += [partial(positions, n) for n, d in models.items() if repo_layer_ids(read_hf_config(d))]
+    sections += [partial(positions, name) for name, config in configs.items() if repo_layer_ids(config)]
     if tokens is not None:
         sections.append(lambda: f"## Training cost\n\n{_flops_markdown(models, tokens)}")
     for section in sections[done:]:

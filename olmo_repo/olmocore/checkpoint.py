@@ -39,6 +39,8 @@ def is_checkpoint(path: str | Path) -> bool:
 def not_a_checkpoint(path: str | Path, key: str = "") -> str:
     """The one-line error for `path` (given as `key`, e.g. "load_path=") where an OLMo-core checkpoint is
     needed, saying what it is instead and what to pass."""
+    if "://" in str(path):  # nothing to look at
+        return f"{key}{path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata"
     path = Path(path)
     steps = sorted(
         (p for p in path.glob("step*") if re.fullmatch(r"step\d+", p.name) and is_checkpoint(p)),

@@ -58,10 +58,6 @@ def _metadata(path: str) -> tuple[str, Metadata]:
     try:
         return directory, get_checkpoint_metadata(directory)
     except FileNotFoundError:
-        if "://" in path:
-            raise RepoError(
-                f"load_path={path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata"
-            ) from None
         raise RepoError(not_a_checkpoint(path, "load_path=")) from None
 
 
