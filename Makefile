@@ -29,23 +29,12 @@ system-deps:
 # pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
 PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The suite and the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/): three sessions
-# side by side, two tests computing at a time over all of them (tests/suite.py: core tokens in one lock folder).
-# Each session's report is printed whole when it ends; every session runs to its end though another fails.
+# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/).
 test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
 	$(MAKE) docs
-	cores=$$(mktemp -d) && trap 'rm -rf "$$cores"' EXIT && \
-		OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -k -j3 --output-sync=target suite-main suite-vllm suite-core
-
-.PHONY: suite-main suite-vllm suite-core
-suite-main:
 	$(BIN)/python $(PYTEST)
-
-suite-vllm:
 	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
-
-suite-core:
 	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
 
 # The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the

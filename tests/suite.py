@@ -4,15 +4,13 @@ that each session's conftest imports.
 Each conftest calls `register` from its `pytest_configure`: the hooks below then run once per test, also where
 one session loads several of the conftests (the main session loads tests/core's and tests/vllm's too).
 
-`make test` runs the three sessions side by side, each with pytest-xdist (`-n 2`, whole files per worker): six
-workers, of which two compute at a time. Then:
+`make test` runs every session with pytest-xdist (`-n 2`, whole files per worker). Then:
 
-- every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts) and holds
-  one of two core tokens (`CORES` lock files in the folder `OLMO_REPO_SUITE_CORES` names, shared by the
-  sessions) during each test, so that two tests run at a time over all sessions instead of six fighting;
-- a test marked `procs` (it starts a process group of its own: torchrun, spawned ranks, a SLURM job) holds both
-  tokens: it waits for the running tests to finish, and none starts meanwhile (a turnstile lock: fair to it); a
-  long test made of several subprocess runs calls `let_procs_in` between them, so a waiting `procs` test goes first;
+- every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
+  two workers share the two cores instead of fighting over them;
+- a test marked `procs` (it starts a process group of its own: torchrun, spawned ranks, a SLURM job) runs
+  alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files); a long
+  test made of several subprocess runs calls `let_procs_in` between them, so a waiting `procs` test goes first;
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
@@ -27,12 +25,10 @@ import fcntl
 import os
 import shutil
 import sys
-import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -89,42 +85,28 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-CORES = 2  # tests computing at once over every session sharing the folder: the two cores
-_HELD: list = []  # (core token file, turnstile) this worker holds during its current one-thread test
-
-
-def _take_core(folder: Path) -> IO:
-    """One of the `CORES` token files, locked; waits (polling: flock cannot wait for either of two) for a free one."""
-    while True:
-        for i in range(CORES):
-            f = open(folder / f"core{i}.lock", "a")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return f
-            except BlockingIOError:
-                f.close()
-        time.sleep(0.02)
+_HELD: list = []  # the cores lock file this worker holds shared during its current test (one at most)
 
 
 @contextmanager
 def _cores(folder: Path, exclusive: bool) -> Iterator[None]:
-    """Hold one core token (a one-thread test) or all of them (a `procs` test). A writer takes the turnstile before
-    waiting for the tokens, so a reader that comes after it waits too instead of starving it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    turnstile = folder / "turnstile.lock"
+    """Hold the cores shared (a one-thread test) or alone (a `procs` test). A writer takes the turnstile before
+    waiting for the cores, so a reader that comes after it waits too instead of starving it."""
+    turnstile, cores = folder / "turnstile.lock", folder / "cores.lock"
     if exclusive:
-        with _flock(turnstile, fcntl.LOCK_EX), ExitStack() as stack:
-            for i in range(CORES):
-                stack.enter_context(_flock(folder / f"core{i}.lock", fcntl.LOCK_EX))
+        with _flock(turnstile, fcntl.LOCK_EX), _flock(cores, fcntl.LOCK_EX):
             yield
         return
     with _flock(turnstile, fcntl.LOCK_EX):
         pass
-    _HELD.append([_take_core(folder), turnstile])
-    try:
-        yield
-    finally:
-        _HELD.pop()[0].close()  # closing the file drops its lock
+    with open(cores, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        _HELD.append((f, turnstile))
+        try:
+            yield
+        finally:
+            _HELD.clear()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def let_procs_in() -> None:
@@ -132,22 +114,15 @@ def let_procs_in() -> None:
     first, then go on. Without xdist, or with none waiting, returns at once."""
     if not _HELD:
         return
-    held = _HELD[0]
-    with open(held[1], "a") as t:
+    f, turnstile = _HELD[0]
+    with open(turnstile, "a") as t:
         try:
             fcntl.flock(t, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no writer waits
         except BlockingIOError:
-            held[0].close()  # the waiting writer takes the cores now
+            fcntl.flock(f, fcntl.LOCK_UN)  # the waiting writer takes the cores now
             fcntl.flock(t, fcntl.LOCK_EX)  # held by the writer until its test ends
-            held[0] = _take_core(held[1].parent)
+            fcntl.flock(f, fcntl.LOCK_SH)
         fcntl.flock(t, fcntl.LOCK_UN)
-
-
-def _cores_folder(config: pytest.Config) -> Path:
-    """`OLMO_REPO_SUITE_CORES` where `make test` runs its sessions side by side (one folder for all of them),
-    otherwise this session's own."""
-    folder = os.environ.get("OLMO_REPO_SUITE_CORES")
-    return Path(folder) if folder else _shared_dir(config._tmp_path_factory)  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -155,7 +130,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Each test, its fixtures' set-up and tear-down included, under the cores lock (xdist only)."""
     if WORKER is None:
         return (yield)
-    with _cores(_cores_folder(item.config), exclusive=item.get_closest_marker("procs") is not None):
+    shared = _shared_dir(item.config._tmp_path_factory)  # type: ignore[attr-defined]  (pytest's own)
+    with _cores(shared, exclusive=item.get_closest_marker("procs") is not None):
         return (yield)
 
 

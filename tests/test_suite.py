@@ -1,7 +1,7 @@
-"""tests/suite.py under pytest-xdist, in two pytest runs of two workers each, side by side as in `make test`: at
-most two tests compute at a time over both, a `procs` test overlaps no other test (a long test lets it in between
-its steps), a `built_once` input is built once per run, a failed build fails every test that asks for it without
-building again, and the workers compute with one thread."""
+"""tests/suite.py under pytest-xdist, in a pytest run of its own on two workers: a `built_once` input is built
+once for the whole run, a failed build fails every test that asks for it without building again, a `procs`
+test overlaps no other test (a long test lets it in between its steps), and the workers compute with one
+thread."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # pytest runs of their own
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # a pytest run on two workers of its own
 
 CONFTEST = f"""
 import sys
@@ -91,60 +91,36 @@ def _file(name: str) -> str:
     return TESTS + "\n\n" + "\n\n".join(tests)
 
 
-def _session(folder: Path, names: str, env: dict[str, str]) -> subprocess.Popen:
-    """A pytest run on two workers over the files `test_{name}.py`, in `folder`."""
-    folder.mkdir()
-    (folder / "conftest.py").write_text(CONFTEST)
-    for name in names:
-        (folder / f"test_{name}.py").write_text(_file(name))
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-         "--no-loadscope-reorder", "--basetemp", str(folder / "tmp"), str(folder)],
-        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def _most_at_once(intervals: list[dict]) -> int:
-    """The largest number of the (start, end) intervals that overlap at one moment."""
-    events = sorted([(r["start"], 1) for r in intervals] + [(r["end"], -1) for r in intervals])
-    running = most = 0
-    for _, change in events:  # an end sorts before a start at the same moment
-        running += change
-        most = max(most, running)
-    return most
-
-
-def test_two_sessions_side_by_side_share_two_cores(tmp_path):
-    """Two pytest runs of two workers each, sharing one cores folder as `make test`'s three sessions do."""
+def test_built_once_and_procs_alone_under_two_workers(tmp_path):
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    for name in ("a", "b", "c"):
+        (tmp_path / f"test_{name}.py").write_text(_file(name))
     log = tmp_path / "log.jsonl"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS")}
-    env.update(SUITE_LOG=str(log), OLMO_REPO_SUITE_CORES=str(tmp_path / "cores"))
-    sessions = [_session(tmp_path / "one", "ab", env), _session(tmp_path / "two", "cd", env)]
-    outputs = [s.communicate(timeout=600)[0] for s in sessions]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+         "--no-loadscope-reorder", "--basetemp", str(tmp_path / "tmp"), str(tmp_path)],
+        cwd=tmp_path, env={**env, "SUITE_LOG": str(log)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    builds = sorted(
-        str(Path(r["built"]).relative_to(tmp_path)).split("/")[::2] for r in records if "built" in r
-    )
-    # each once per session, though four tests of each session asked
-    assert builds == [["one", "broken"], ["one", "shared"], ["two", "broken"], ["two", "shared"]], builds
-    for output, passed in zip(outputs, ("11 passed", "10 passed")):
-        summary = [line for line in output.splitlines() if line.startswith("ERROR ")]
-        assert len(summary) == 2 and passed in output, output[-3000:]  # a fixture error per file
-        assert sum("RuntimeError: the build broke" in line for line in summary) == 1, summary
-        assert sum("building broken failed in another test" in line for line in summary) == 1, summary
+    builds = [Path(r["built"]).name for r in records if "built" in r]
+    assert sorted(builds) == ["broken", "shared"], builds  # each once, though six tests asked
+    summary = [line for line in result.stdout.splitlines() if line.startswith("ERROR test_")]
+    assert len(summary) == 3 and "16 passed" in result.stdout, result.stdout[-3000:]  # a fixture error each
+    assert sum("RuntimeError: the build broke" in line for line in summary) == 1, summary
+    assert sum("building broken failed in another test" in line for line in summary) == 2, summary
     tests = [r for r in records if "test" in r]
-    assert {r["test"][5] for r in tests} == set("abcd") and len(tests) == 25
+    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 19
     assert all(r["threads"] == 1 and r["omp"] == "1" for r in tests)
+    assert {r["worker"] for r in tests} == {"gw0", "gw1"}
     long = next(r for r in tests if r["test"] == "test_a_long")
     steps = [r for r in records if "step" in r]
-    computing = [r for r in [*tests, *steps] if r is not long]  # the long test's steps count, not its pauses
-    assert _most_at_once(computing) <= 2  # two cores over both sessions' four workers
-    for alone in (r for r in tests if r["procs"]):
+    procs = [r for r in tests if r["procs"]]
+    for alone in procs:  # the long test's steps count, not its pauses
         overlapping = [
             r.get("test", f"step {r.get('step')}")
-            for r in computing
-            if r is not alone and r["start"] < alone["end"] and alone["start"] < r["end"]
+            for r in [*tests, *steps]
+            if r is not alone and r is not long and r["start"] < alone["end"] and alone["start"] < r["end"]
         ]
         assert not overlapping, (alone["test"], overlapping)
-    procs = [r for r in tests if r["procs"]]
     assert any(long["start"] < r["start"] < long["end"] for r in procs), (long, procs)  # let in, not held off
