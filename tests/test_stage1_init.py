@@ -14,8 +14,11 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
+from olmo_repo.fit import CheckpointFitError
+from olmo_repo.modes import F_PHI_WEIGHTS
 from olmo_repo.train.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 
+from . import fit_table
 from .conftest import tiny_config
 from .training import STAGE1, STAGE2_REPO, make_trainer, small, write_corpus
 
@@ -122,50 +125,30 @@ def test_bad_checkpoint_fails_through_the_trainer(stage1, tmp_path, device):
     del weights["transformer.blocks.0.ff_proj.weight"]
     torch.save(weights, broken / "model.pt")
     with pytest.raises(
-        OLMoCheckpointError, match=r"not RePo weights: transformer\.blocks\.0\.ff_proj\.weight"
+        CheckpointFitError,
+        match=rf"^load_path={broken} does not fit .* not f_phi weights: transformer\.blocks\.0\.ff_proj\.weight",
     ):
         make_trainer(STAGE2_REPO, small(data, tmp_path / "a", load_path=broken), device)
 
 
-@pytest.fixture
-def repo_config() -> ModelConfig:
-    return tiny_config(pe_mode="repo", pe_start_layer=2)
+@pytest.mark.parametrize("case", fit_table.CASES, ids=lambda case: case.name)
+def test_the_fit_table(case):
+    """tests/fit_table.py, which tests/core/test_stage1.py runs on OLMo-core: the same answer to the same input."""
+    source = build_model(tiny_config(**case.checkpoint)).state_dict()
+    if case.drop:
+        del source[fit_table_key(*case.drop)]
+    config = tiny_config(**case.config)
+    if case.new_layers is None:
+        with pytest.raises(CheckpointFitError, match=fit_table.message(case, fit_table_key)) as error:
+            check_stage1_state_dict(source, config, "load_path=ckpt")
+        assert str(error.value).startswith("load_path=ckpt does not fit the model of this config: ")
+    else:
+        new = check_stage1_state_dict(source, config, "load_path=ckpt")
+        assert new == {fit_table_key(i, w) for i in case.new_layers for w in F_PHI_WEIGHTS}
 
 
-def test_check_stage1_state_dict_accepts_exactly_the_repo_gap(repo_config):
-    rope = build_model(tiny_config()).state_dict()
-    assert check_stage1_state_dict(rope, repo_config) == repo_param_names(repo_config)
-    assert len(repo_param_names(repo_config)) == 6
-    assert check_stage1_state_dict(build_model(repo_config).state_dict(), repo_config) == set()
-
-
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (
-            lambda sd: sd.pop("transformer.blocks.3.attn_out.weight"),
-            r"not RePo weights: transformer\.blocks\.3\.attn_out\.weight",
-        ),
-        (
-            lambda sd: sd.__setitem__("transformer.extra.weight", torch.zeros(1)),
-            r"unexpected keys: transformer\.extra\.weight",
-        ),
-        (
-            lambda sd: sd.__setitem__("transformer.blocks.0.att_proj.weight", torch.zeros(3, 64)),
-            r"wrong shapes: transformer\.blocks\.0\.att_proj\.weight \(checkpoint \(3, 64\), model \(192, 64\)\)",
-        ),
-        (
-            lambda sd: sd.__setitem__("transformer.blocks.2.gate_map.weight", torch.zeros(8, 64)),
-            r"has some RePo weights but lacks",
-        ),
-    ],
-    ids=["missing-base-key", "unexpected-key", "wrong-shape", "partial-repo"],
-)
-def test_check_stage1_state_dict_names_what_is_wrong(repo_config, edit, message):
-    state_dict = build_model(tiny_config()).state_dict()
-    edit(state_dict)
-    with pytest.raises(OLMoCheckpointError, match=message):
-        check_stage1_state_dict(state_dict, repo_config)
+def fit_table_key(layer: int, weight: str) -> str:
+    return f"transformer.blocks.{layer}.{weight}.weight"
 
 
 @pytest.mark.slow

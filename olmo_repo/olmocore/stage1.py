@@ -4,10 +4,11 @@ OLMo-core's own `Trainer.load_checkpoint` cannot start a RePo model from a stage
 `strict=True` torch.distributed.checkpoint fails on the absent f_phi keys, and with `strict=False` it only warns,
 so any missing or mistyped key passes. Here, before loading:
 
-- every key of the model that the checkpoint lacks must be an f_phi weight (`gate_map`, `content_map`,
-  `final_map` of a RePo layer) or its optimizer state; every model key of the checkpoint must exist in the model,
-  with the same shape. Anything else is one `RepoError` naming the keys (`check_stage1` runs the model part of
-  this before a run starts, from the checkpoint's metadata alone).
+- the checkpoint's model keys (and optimizer state, when it is loaded) fit the model by the stage-1 fit rule that
+  the ai2-olmo side calls too (`olmo_repo.fit`): all of them, or all but every f_phi weight (`gate_map`,
+  `content_map`, `final_map` of the RePo layers) and its optimizer state, with the model's shapes. Anything else
+  is one `CheckpointFitError` naming the keys or layers (`check_stage1` runs the model part of this before a run
+  starts, from the checkpoint's metadata alone).
 
 Then every base tensor loads bit-exact (torch.distributed.checkpoint reads each rank's shards, FSDP or not),
 the f_phi weights keep their init, and, with `load_optim_state` (the recipe continues the stage-1 optimizer),
@@ -34,16 +35,10 @@ from olmo_core.train import Trainer
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
 from ..errors import RepoError
-from ..modes import F_PHI_WEIGHTS
+from ..fit import fit_stage1
 from .checkpoint import MODEL_AND_OPTIM, not_a_checkpoint
 
-__all__ = ["check_stage1", "is_f_phi_key", "load_stage1"]
-
-
-def is_f_phi_key(key: str) -> bool:
-    """Whether a (flattened) state key belongs to an f_phi weight: `model.blocks.3.attention.gate_map.weight`,
-    `optim.state.blocks.3.attention.gate_map.weight.exp_avg`, ..."""
-    return any(f".attention.{name}.weight" in key for name in F_PHI_WEIGHTS)
+__all__ = ["check_stage1", "load_stage1"]
 
 
 def _checkpoint_dir(path: str) -> str:
@@ -72,32 +67,15 @@ def _flat_keys(state: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _listed(keys: set[str], limit: int = 6) -> str:
-    names = sorted(keys)
-    more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
 def _compare(path: str, expected: dict[str, Any], metadata: Metadata, prefixes: tuple[str, ...]) -> None:
-    """RepoError unless `expected` (flattened keys -> tensors or shapes) and the checkpoint's keys under
-    `prefixes` differ by f_phi keys only, with equal shapes."""
-    stored = {k: v for k, v in metadata.state_dict_metadata.items() if k.startswith(prefixes)}
-    missing = {k for k in expected if k not in stored and not is_f_phi_key(k)}
-    if missing:
-        raise RepoError(
-            f"load_path={path} lacks {len(missing)} keys of the model that are not RePo weights: {_listed(missing)}"
-        )
-    if unexpected := set(stored) - set(expected):
-        raise RepoError(
-            f"load_path={path} has {len(unexpected)} keys the model does not: {_listed(unexpected)}"
-        )
-    wrong = {
-        f"{k} {tuple(v.size)} vs {tuple(expected[k])}"
-        for k, v in stored.items()
-        if isinstance(v, TensorStorageMetadata) and tuple(v.size) != tuple(expected[k])
+    """The stage-1 fit rule (`olmo_repo.fit.fit_stage1`, the ai2-olmo side's too) on `expected` (flattened keys
+    -> shapes) and the checkpoint's keys under `prefixes`; a non-tensor entry's shape is not compared."""
+    stored = {
+        k: tuple(v.size) if isinstance(v, TensorStorageMetadata) else tuple(expected.get(k, ()))
+        for k, v in metadata.state_dict_metadata.items()
+        if k.startswith(prefixes)
     }
-    if wrong:
-        raise RepoError(f"load_path={path}: shapes differ (checkpoint vs model): {_listed(wrong, 3)}")
+    fit_stage1({k: tuple(v) for k, v in expected.items()}, stored, f"load_path={path}")
 
 
 def check_stage1(path: str, model: TransformerConfig) -> None:

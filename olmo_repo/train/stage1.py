@@ -7,7 +7,8 @@ A stage-1 checkpoint has every tensor of a RePo model except the RePo weights (f
 - every base tensor loads bit-exact, the RePo weights keep their fresh init;
 - the optimizer continues the stage-1 AdamW state (exp_avg, exp_avg_sq, step) of every base parameter, and
   the RePo parameters start with no state (AdamW initialises it at their first step, as for a new run);
-- a checkpoint with any other missing key, an unexpected key or a wrong shape fails with an error naming them.
+- any other checkpoint fails with an error naming the keys: the one stage-1 fit rule of both trainers
+  (`olmo_repo.fit`), so that OLMo-core's side answers the same input the same way.
 
 A complete checkpoint (resuming a RePo run, or a stock model into a stock config) takes the stock path.
 """
@@ -33,6 +34,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..block import repo_blocks
+from ..fit import fit_stage1, listed
 from ..modes import F_PHI_WEIGHTS
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
@@ -70,47 +72,17 @@ def clean_param_name(name: str) -> str:
     return name.replace("_fsdp_wrapped_module.", "").removeprefix("module.")
 
 
-def _listed(keys: set[str], limit: int = 12) -> str:
-    keys_sorted = sorted(keys)
-    more = f" ... and {len(keys_sorted) - limit} more" if len(keys_sorted) > limit else ""
-    return ", ".join(keys_sorted[:limit]) + more
-
-
-def check_stage1_state_dict(state_dict: Mapping[str, torch.Tensor], config: ModelConfig) -> set[str]:
-    """Check a checkpoint's model state dict against the model of `config`.
+def check_stage1_state_dict(
+    state_dict: Mapping[str, torch.Tensor], config: ModelConfig, source: str = "the checkpoint"
+) -> set[str]:
+    """Check a checkpoint's model state dict against the model of `config` by the stage-1 fit rule
+    (`olmo_repo.fit.fit_stage1`, which OLMo-core's side calls too).
 
     Returns the keys the checkpoint lacks: empty for a complete checkpoint, or exactly the RePo weights for a
-    stage-1 checkpoint. Anything else (another missing key, an unexpected key, a wrong shape) raises
-    `OLMoCheckpointError` naming the keys.
+    stage-1 checkpoint. Anything else raises `CheckpointFitError` naming the keys (or the layers).
     """
-    expected = {k: tuple(v.shape) for k, v in _meta_model(config).state_dict().items()}
-    repo = repo_param_names(config)
-    got = set(state_dict)
-    missing, unexpected = set(expected) - got, got - set(expected)
-    wrong_shape = {
-        f"{k} (checkpoint {tuple(state_dict[k].shape)}, model {expected[k]})"
-        for k in got & set(expected)
-        if tuple(state_dict[k].shape) != expected[k]
-    }
-    problems = []
-    if unexpected:
-        problems.append(f"unexpected keys: {_listed(unexpected)}")
-    if missing - repo:
-        problems.append(f"missing keys that are not RePo weights: {_listed(missing - repo)}")
-    elif missing and missing != repo:
-        problems.append(
-            f"the checkpoint has some RePo weights but lacks {_listed(missing)}; a stage-1 checkpoint has none "
-            "and a RePo checkpoint has all of them"
-        )
-    if wrong_shape:
-        problems.append(f"wrong shapes: {_listed(wrong_shape)}")
-    if problems:
-        raise OLMoCheckpointError(
-            "checkpoint does not fit the model of this config: "
-            + "; ".join(problems)
-            + ". Check model.* (sizes, pe_mode, pe_start_layer, pe_layer_ids) against the checkpoint's config.yaml."
-        )
-    return missing
+    model = {k: tuple(v.shape) for k, v in _meta_model(config).state_dict().items()}
+    return fit_stage1(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
 
 
 def _state_by_name(optim_state: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
@@ -149,9 +121,9 @@ def continue_optimizer_state(
     if stage1_names != base:
         problems = []
         if base - stage1_names:
-            problems.append(f"no optimizer state for: {_listed(base - stage1_names)}")
+            problems.append(f"no optimizer state for: {listed(base - stage1_names)}")
         if stage1_names - base:
-            problems.append(f"state for unknown parameters: {_listed(stage1_names - base)}")
+            problems.append(f"state for unknown parameters: {listed(stage1_names - base)}")
         raise OLMoCheckpointError(
             "optim.pt does not fit this model: " + "; ".join(problems) + ". Set reset_optimizer_state=true "
             "to start the optimizer fresh."
@@ -212,7 +184,7 @@ class RepoCheckpointer(FullCheckpointer):
     ) -> dict[str, Any]:
         state_dict = load_state_dict(load_path, "model.pt", local_cache=local_cache, map_location="cpu")
         state_dict = make_state_dict_compatible(_meta_model(self.cfg.model), state_dict)
-        new_params = check_stage1_state_dict(state_dict, self.cfg.model)
+        new_params = check_stage1_state_dict(state_dict, self.cfg.model, f"load_path={load_path}")
         if not new_params:
             del state_dict
             return super().restore_checkpoint(
@@ -249,7 +221,7 @@ class RepoCheckpointer(FullCheckpointer):
         loaded_missing = {clean_param_name(k) for k in result.missing_keys}
         if loaded_missing != new_params or result.unexpected_keys:
             raise OLMoCheckpointError(
-                f"stage-1 load left unexpected gaps: {_listed(loaded_missing ^ new_params)}"
+                f"stage-1 load left unexpected gaps: {listed(loaded_missing ^ new_params)}"
             )
         del state_dict
 

@@ -9,14 +9,16 @@ from olmo_core.distributed.checkpoint import save_model_and_optim_state
 from olmo_core.distributed.utils import get_full_tensor, init_distributed
 
 from olmo_repo.demo import BASE_DIR
-from olmo_repo.errors import RepoError
+from olmo_repo.fit import CheckpointFitError, f_phi_layer
 from olmo_repo.modes import F_PHI_WEIGHTS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import with_position_modes
 from olmo_repo.olmocore.hf import hf_to_core
-from olmo_repo.olmocore.stage1 import is_f_phi_key
+from olmo_repo.olmocore.stage1 import check_stage1
 from olmo_repo.olmocore.train import build_trainer, check_experiment, start
 
+from .. import fit_table
+from .tiny import olmo2_tiny
 from .training import build_corpus, metrics, tiny_experiment
 
 
@@ -62,7 +64,7 @@ def test_base_loads_bit_exact_and_repo_weights_keep_their_init(setup, tmp_path):
     before = _params(trainer)
     start(trainer, config)
     after = _params(trainer)
-    new = {k for k in after if is_f_phi_key(f"model.{k}")}
+    new = {k for k in after if f_phi_layer(k) is not None}
     assert new == {f"blocks.{i}.attention.{n}.weight" for i in (1, 2, 3) for n in F_PHI_WEIGHTS}
     for name, tensor in after.items():
         if name in new:
@@ -96,7 +98,7 @@ def test_stage1_optimizer_state_continues_for_the_base(setup, tmp_path):
     start(trainer, repo)
     state = _optim_state(trainer)
     for name, moments in state.items():
-        if is_f_phi_key(f"model.{name}"):
+        if f_phi_layer(name) is not None:
             assert moments["exp_avg"].abs().max() == 0 and moments["exp_avg_sq"].abs().max() == 0, name
         else:
             for key in ("exp_avg", "exp_avg_sq", "step"):
@@ -104,30 +106,38 @@ def test_stage1_optimizer_state_continues_for_the_base(setup, tmp_path):
     assert {g["lr"] for g in trainer.train_module.optim.param_groups} == {1e-4}
 
 
-@pytest.mark.parametrize(
-    "change, says",
-    [
-        (dict(n_layers=3), r"lacks 11 keys of the model that are not RePo weights: model.blocks.3"),
-        (dict(d_model=64), r"shapes differ \(checkpoint vs model\): model.blocks"),
-        (dict(pe_mode="rope"), r"has 9 keys the model does not: model.blocks.1.attention.content_map.weight"),
-    ],
-)
-def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(setup, tmp_path, change, says):
+def test_a_checkpoint_that_does_not_fit_is_refused_before_anything_is_written(setup, tmp_path):
     data, base = setup
-    config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}")
-    other = tiny_experiment(tmp_path / "other", data)
-    mode = change.pop("pe_mode", "repo")
-    model = other.model.replace(**change) if change else other.model
-    repo_model = with_position_modes(model, "repo", 1)
     source = tmp_path / "source"
-    source.mkdir()
-    checkpoint.save_model(repo_model.build(init_device="cpu"), {"model": repo_model.as_config_dict()}, source)
-    config.load_path = str(source)
-    if mode == "rope":
-        config.model = with_position_modes(config.model, "rope")
-    with pytest.raises(RepoError, match=says):
+    model = olmo2_tiny("repo", 2)
+    checkpoint.save_model(model.build(init_device="cpu"), {"model": model.as_config_dict()}, source)
+    config = tiny_experiment(tmp_path / "run", data, f"--load_path={source}")
+    with pytest.raises(
+        CheckpointFitError, match=rf"^load_path={source} does not fit the model of this config: "
+    ):
         check_experiment(config)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("case", fit_table.CASES, ids=lambda case: case.name)
+def test_the_fit_table(case, tmp_path):
+    """tests/fit_table.py, which tests/test_stage1_init.py runs on ai2-olmo: the same answer to the same input."""
+    source = olmo2_tiny(**case.checkpoint).build(init_device="cpu")
+    if case.drop:
+        layer, weight = case.drop
+        delattr(source.blocks[str(layer)].attention, weight)
+    checkpoint.save_model(source, {}, tmp_path)
+    config = olmo2_tiny(**case.config)
+    if case.new_layers is None:
+        with pytest.raises(CheckpointFitError, match=fit_table.message(case, _key)) as error:
+            check_stage1(str(tmp_path), config)
+        assert str(error.value).startswith(f"load_path={tmp_path} does not fit the model of this config: ")
+    else:
+        check_stage1(str(tmp_path), config)  # accepted
+
+
+def _key(layer: int, weight: str) -> str:
+    return f"model.blocks.{layer}.attention.{weight}.weight"
 
 
 @pytest.mark.slow  # trains

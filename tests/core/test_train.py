@@ -16,8 +16,8 @@ import torch
 from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
 
 from olmo_repo.demo import BASE_DIR
+from olmo_repo.fit import f_phi_layer
 from olmo_repo.olmocore.hf import hf_to_core
-from olmo_repo.olmocore.stage1 import is_f_phi_key
 
 from ..s3_server import loopback_s3
 from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint
@@ -74,10 +74,14 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
         _flat(stage1 / "model_and_optim"),
     )
     tensors = {k for k in start if k.startswith(("model.", "optim.state."))}
-    assert {k for k in tensors if k not in source} == {k for k in tensors if is_f_phi_key(k)} != set()
+    assert (
+        {k for k in tensors if k not in source} == {k for k in tensors if f_phi_layer(k) is not None} != set()
+    )
     for key in tensors & set(source):
         assert torch.equal(start[key], source[key]), key
-    assert all(start[k].abs().max() == 0 for k in tensors if is_f_phi_key(k) and k.endswith("exp_avg"))
+    assert all(
+        start[k].abs().max() == 0 for k in tensors if f_phi_layer(k) is not None and k.endswith("exp_avg")
+    )
 
     # Killed (SIGKILL, all processes) once the step-2 checkpoint is complete, then the same command again.
     killed = tmp_path / "killed"
