@@ -32,6 +32,7 @@ PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 # The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/).
 test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(MAKE) docs
 	$(BIN)/python $(PYTEST)
 	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
@@ -64,6 +65,7 @@ docs-serve: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check .
 
 demo: install

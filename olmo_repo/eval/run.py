@@ -213,7 +213,7 @@ def evaluate_length(
 def load_backend(request: EvalRequest, hf_dir: Path, length: int, dtype: str, device: str) -> Any:
     """The model at `length` (YaRN per `request.yarn`): transformers', or lm-eval's vLLM model."""
     if request.backend == "vllm":
-        from ..vllm.eval import load_vllm
+        from .vllm_backend import load_vllm
 
         return load_vllm(hf_dir, length, request.yarn, dtype, request.batch_size)
     from .loading import load_model
@@ -224,7 +224,7 @@ def load_backend(request: EvalRequest, hf_dir: Path, length: int, dtype: str, de
 def release_backend(request: EvalRequest, model: Any) -> None:
     """Free what the model holds beyond its memory: vLLM's engine (the next length starts its own)."""
     if request.backend == "vllm":
-        from ..vllm.eval import release
+        from .vllm_backend import release
 
         release(model)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import AutoConfig
 
-from ..eval.loading import yarn_overrides
+from .loading import yarn_overrides
 
 __all__ = ["load_vllm", "release"]
 
