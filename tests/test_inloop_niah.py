@@ -25,6 +25,7 @@ from olmo.tokenizer import Tokenizer
 
 from olmo_repo import RepoTrainConfig
 from olmo_repo.eval.inloop import NiahEvaluator, build_niah_evaluator, install
+from olmo_repo.eval.inloop_rows import RankBatches, Row
 from tests.training import (
     ROOT,
     STAGE1,
@@ -91,6 +92,20 @@ def _hand_built_logits(batch: dict, rows, knows: set[int], vocab: int) -> torch.
             else:
                 logits[b, t - 1, target] = 20.0
     return logits
+
+
+def test_batches_read_rows_not_padding_and_are_the_same_on_any_number_of_ranks():
+    """Five rows in batches of two: the last batch holds the one row left (a padding row costs a whole read), and
+    the rank that has no rows left reads one padding row (-1) so that every rank runs as many forwards."""
+    rows = [Row(i, True, [5, 6, 7], [2]) for i in range(5)]
+
+    def batches(rank: int, world: int) -> list[list[int]]:
+        return [b["niah_row"].tolist() for b in RankBatches(rows, 2, 8, 0, rank, world)]
+
+    assert batches(0, 1) == [[0, 1], [2, 3], [4]]
+    assert batches(0, 2) == [[0, 1], [4]] and batches(1, 2) == [[2, 3], [-1]]
+    last = RankBatches(rows, 2, 8, 0, 0, 1)[2]
+    assert last["input_ids"].shape == (1, 8) and last["input_ids"][0].tolist() == [5, 6, 7] + [0] * 5
 
 
 @pytest.mark.parametrize("variant", ["niah_multikey_1", "niah_multivalue", "niah_multikey_3"])

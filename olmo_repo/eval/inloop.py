@@ -27,9 +27,10 @@ a value are scored, the space and separators are context. Metrics, per entry:
                                answer in its own row (a tie counts as wrong)
 
 Sharding: the rows (prompt + answer or distractor) are cut into batches of `device_eval_batch_size` rows
-(default: the training micro-batch, since rows are as long as training instances); batch k runs on rank
-k % world_size, the batch count padded to a multiple of the world size with rows of weight zero (FSDP needs
-the same number of forwards on every rank). Each row's numbers land in its own slot of a [rows, 3] float64
+(default: the training micro-batch, since rows are as long as training instances; the last batch holds what is
+left, not padding rows that would cost as much to read); batch k runs on rank k % world_size, the batch count
+padded to a multiple of the world size with batches of one row of weight zero (FSDP needs the same number of
+forwards on every rank). Each row's numbers land in its own slot of a [rows, 3] float64
 state, zero on every other rank, which torchmetrics sums over ranks at `compute`: the result is that of one
 process that reads the same batches.
 

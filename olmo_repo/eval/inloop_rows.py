@@ -137,7 +137,9 @@ class NiahMetric(Metric):
 
 
 class RankBatches(Dataset):
-    """This rank's batches: global batch k of `batch_size` rows runs on rank k % world_size."""
+    """This rank's batches: global batch k, rows k * batch_size on (at most `batch_size`; the last holds what is
+    left), runs on rank k % world_size. A rank reads as many batches as the others: one past the rows is a single
+    padding row. A batch's rows and shape do not depend on the world size, so every layout scores the same."""
 
     def __init__(
         self, rows: list[Row], batch_size: int, length: int, pad: int, rank: int, world: int
@@ -152,9 +154,9 @@ class RankBatches(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         first = self.mine[i] * self.batch_size
-        ids = [j if j < len(self.rows) else -1 for j in range(first, first + self.batch_size)]
-        input_ids = torch.full((self.batch_size, self.length), self.pad, dtype=torch.long)  # [B, L]
-        scored = torch.zeros((self.batch_size, self.length), dtype=torch.bool)  # [B, L]
+        ids = list(range(first, min(first + self.batch_size, len(self.rows)))) or [-1]
+        input_ids = torch.full((len(ids), self.length), self.pad, dtype=torch.long)  # [B, L]
+        scored = torch.zeros((len(ids), self.length), dtype=torch.bool)  # [B, L]
         for b, j in enumerate(ids):
             row = self.rows[max(j, 0)]  # a padding row repeats row 0 with weight zero
             input_ids[b, : len(row.tokens)] = torch.tensor(row.tokens)
