@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from .demo_runs import STAGES, copy, headings, outputs, run_demo, skipped
+from olmo_repo.metrics import METRICS_FILE, read_metrics
+
+from .demo_runs import STAGES, TRAINING, copy, headings, outputs, run_demo, skipped
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +21,10 @@ def test_a_finished_demo_has_every_section(finished_demo):
         assert heading in headings(finished_demo)
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (finished_demo / "report.md").read_text())
     assert sorted(links) == sorted(f"figures/{p.name}" for p in (finished_demo / "figures").iterdir())
+    for (
+        run
+    ) in TRAINING:  # evaluations before and after the steps, each step's calls merged: one record per step
+        assert [r["step"] for r in read_metrics(finished_demo / run / METRICS_FILE)] == [0, 1, 2], run
 
 
 def test_a_rerun_of_a_finished_demo_changes_nothing_and_says_what_it_skipped(finished_demo, tmp_path):

@@ -17,7 +17,8 @@ import pytest
 import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
-from olmo_repo.train.run_folder import latest_intact_checkpoint, trim_data_indices, trim_metrics
+from olmo_repo.metrics import trim_metrics
+from olmo_repo.train.run_folder import latest_intact_checkpoint, trim_data_indices
 
 from .training import (
     STAGE1,

@@ -136,9 +136,10 @@ class _Progress:
     in-loop NIAH exact match of every evaluation step once all its variants are in."""
 
     def __init__(self, name: str, metrics_path: Path):
-        self.name, self.path, self.read = name, metrics_path, 0
+        self.name, self.path, self.start = name, metrics_path, 0  # start: of the last line read
         self.max_steps: int | None = None  # from the run's config.yaml (written before its first step)
         self.first: tuple[int, float] | None = None  # (step, time) of the first step seen by this start
+        self.shown: set[tuple[str, int]] = set()  # ("loss" or "niah", step) printed
         self.niah: dict[int, dict[str, float]] = {}
         self.labels: list[str] = []  # of the in-loop NIAH evaluators
 
@@ -146,13 +147,17 @@ class _Progress:
         if not self.path.is_file():
             return
         with open(self.path, "rb") as f:
-            f.seek(self.read)
+            f.seek(self.start)
             new = f.read()
-        new = new[: new.rfind(b"\n") + 1]  # a line being written is read once complete
-        self.read += len(new)
-        for record in map(json.loads, new.splitlines()):
+        lines = new[: new.rfind(b"\n") + 1].splitlines(keepends=True)  # a line being written: once complete
+        if not lines:
+            return
+        # The last line is read again next time: the trainer merges the rest of its step into it (`append_metrics`).
+        self.start += sum(map(len, lines[:-1]))
+        for record in map(json.loads, lines):
             self._niah(record)
-            if LOSS in record:
+            if LOSS in record and ("loss", record["step"]) not in self.shown:
+                self.shown.add(("loss", record["step"]))
                 self._step(record)
 
     def _read_config(self) -> None:
@@ -181,7 +186,8 @@ class _Progress:
             return
         at = self.niah.setdefault(record["step"], {})
         at.update(scores)
-        if len(at) == len(self.labels):
+        if len(at) == len(self.labels) and ("niah", record["step"]) not in self.shown:
+            self.shown.add(("niah", record["step"]))
             mean = 100 * sum(at.values()) / len(at)
             print(
                 f"   {self.name} step {record['step']:>7}  in-loop NIAH exact match {mean:.0f}% "

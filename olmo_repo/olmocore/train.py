@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import logging
 import re
 import signal
@@ -51,6 +50,7 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from ..errors import RepoError
+from ..metrics import append_metrics, trim_metrics
 from ..modes import POSITIONS_METRIC
 from ..rope import observe_positions
 from ..slurm import requeue
@@ -141,8 +141,8 @@ def check_experiment(config: ExperimentConfig) -> None:
 
 @dataclass
 class MetricsFileCallback(Callback):
-    """Rank 0 appends every logged step to `save_folder/metrics.jsonl` ({"step": N, name: value, ...}, full
-    precision). For a remote save folder the file stays local, named after it under the working directory:
+    """Rank 0 writes every logged step to `save_folder/metrics.jsonl` ({"step": N, name: value, ...}, full
+    precision; one record per step, as the ai2-olmo side: `olmo_repo.metrics`). For a remote save folder the file stays local, named after it under the working directory:
     `s3://bucket/runs/a` -> `work_dir/metrics/s3/bucket/runs/a/metrics.jsonl` (OLMo-core's default working
     directory is shared by every remote run). On a resume the records after the checkpoint's step are dropped
     first: each step appears once, from the run that went on from it."""
@@ -161,17 +161,12 @@ class MetricsFileCallback(Callback):
     def pre_train(self) -> None:
         if self.trainer.dp_process_group is not None and torch.distributed.get_rank() != 0:
             return
-        path = self._path()
-        if path.is_file():
-            keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.step]
-            path.write_text("".join(f"{line}\n" for line in keep))
+        trim_metrics(self._path(), self.step)
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
-        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        with self._path().open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_metrics(self._path(), step, metrics)
 
 
 @dataclass

@@ -46,7 +46,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..config import RepoTrainConfig
-from ..metrics import METRICS_FILE
+from ..metrics import METRICS_FILE, trim_metrics
 from ..registry import build_model
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
@@ -58,7 +58,6 @@ from .run_folder import (
     earlier_start_here,
     latest_checkpoint,
     trim_data_indices,
-    trim_metrics,
 )
 from .trainer import STOP_REQUESTED, RepoTrainer
 

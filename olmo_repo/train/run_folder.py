@@ -4,7 +4,6 @@ whether a folder without a checkpoint is a new run, and `metrics.jsonl` and the 
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import re
 import tempfile
@@ -136,27 +135,6 @@ def earlier_start_here(cfg: TrainConfig) -> bool:
     raise OLMoConfigurationError(
         f"{saved} exists and was not written by a run in this folder: use a new save_folder, or --save_overwrite"
     )
-
-
-def trim_metrics(path: Path, step: int) -> None:
-    """Drop the records after `step` (and a line cut short by a kill) from metrics.jsonl: the resumed run
-    logs those steps again."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-
-    def keep(line: str) -> bool:
-        try:
-            return line.endswith("\n") and json.loads(line)["step"] <= step
-        except (ValueError, KeyError, TypeError):
-            return False
-
-    kept = [line for line in lines if keep(line)]
-    if len(kept) < len(lines):
-        write_file(path, "".join(kept))
-        log.info(
-            "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
-        )
 
 
 def _gzip_text(data: bytes) -> tuple[str, bool]:

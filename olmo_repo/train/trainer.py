@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
@@ -21,7 +20,7 @@ from olmo.torch_util import (
 )
 from olmo.train import Trainer
 
-from ..metrics import METRICS_FILE
+from ..metrics import METRICS_FILE, append_metrics
 from ..modes import POSITIONS_METRIC
 from ..rope import observe_positions
 from ..upstream import wandb as wandb_upstream
@@ -44,7 +43,8 @@ class RepoTrainer(Trainer):
     - a `load_path` without `-unsharded` in its name that holds model.pt is read as unsharded;
     - at log steps, min/max/std of the predicted positions of every RePo layer (first micro-batch, this rank)
       join the metrics (W&B, metrics.jsonl; not the console) as `train/positions/layer{i}/{min,max,std}`;
-    - rank 0 appends every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision;
+    - rank 0 adds every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision, one
+      record per step (`olmo_repo.metrics.append_metrics`);
     - after every step the ranks agree whether rank 0 got SIGUSR1 (`STOP_REQUESTED`); if so, OLMo's cancel
       path ends the run at this step, `stopped_on_signal` is set, and `fit` makes sure a checkpoint of this
       step exists (OLMo's path writes none under DDP without `save_interval_unsharded`);
@@ -144,5 +144,4 @@ class RepoTrainer(Trainer):
             prefix, {k: v for k, v in metrics.items() if not k.startswith(_POSITIONS)}
         )
         if get_global_rank() == 0:
-            with open(Path(self.cfg.save_folder) / METRICS_FILE, "a") as f:
-                f.write(json.dumps({"step": self.global_step, **metrics}) + "\n")
+            append_metrics(Path(self.cfg.save_folder) / METRICS_FILE, self.global_step, metrics)

@@ -17,6 +17,7 @@ from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
 
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
+from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.olmocore.hf import hf_to_core
 
 from ..s3_server import loopback_s3
@@ -106,6 +107,12 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
 
     a, b = metrics(whole), metrics(killed)
     assert sorted(a) == sorted(b) and max(a) == STEPS
+    for run in (
+        whole,
+        killed,
+    ):  # one record per step (checkpoint steps' later numbers merged), across the resume
+        steps = [r["step"] for r in read_metrics(run / METRICS_FILE)]
+        assert steps == sorted(set(steps)), steps
     for step in range(1, STEPS + 1):
         assert b[step]["train/CE loss"] == a[step]["train/CE loss"], step
 
