@@ -68,7 +68,9 @@ def append_metrics(path: Path, step: int, metrics: Mapping[str, float]) -> None:
             if isinstance(previous, dict) and previous.get("step") == step:
                 record = {**previous, **record}
                 f.truncate(at)
-        f.write((json.dumps({"step": step, **{k: v for k, v in record.items() if k != "step"}}) + "\n").encode())
+        f.write(
+            (json.dumps({"step": step, **{k: v for k, v in record.items() if k != "step"}}) + "\n").encode()
+        )
 
 
 def trim_metrics(path: Path, step: int) -> int:
@@ -87,5 +89,7 @@ def trim_metrics(path: Path, step: int) -> int:
     kept = [line for line in lines if keep(line)]
     if len(kept) < len(lines):
         write_file(path, "".join(kept))
-        log.info("%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step)
+        log.info(
+            "%s: %d records after step %d dropped (logged again now)", path, len(lines) - len(kept), step
+        )
     return len(lines) - len(kept)

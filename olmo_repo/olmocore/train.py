@@ -43,7 +43,7 @@ from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
 from olmo_core.script_utils import ExperimentConfig
-from olmo_core.train import Trainer, prepare_training_environment, teardown_training_environment
+from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment, teardown_training_environment
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 from torch import Tensor
@@ -248,6 +248,8 @@ def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = T
     elif config.load_path:
         log.info(f"Initialising from {config.load_path} (strict: base bit-exact, RePo weights new)")
         load_stage1(trainer, config.load_path, load_optim_state=load_optim_state)
+        # Loaded: `fit` would look for a checkpoint again and log that it trains "from scratch".
+        trainer.load_strategy = LoadStrategy.never
     return True
 
 

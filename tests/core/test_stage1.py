@@ -3,6 +3,8 @@ rank); the two-process runs are in test_train.py."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from olmo_core.distributed.checkpoint import save_model_and_optim_state
@@ -141,12 +143,15 @@ def _key(layer: int, weight: str) -> str:
 
 
 @pytest.mark.slow  # trains
-def test_positions_are_logged_per_repo_layer(setup, tmp_path):
+def test_positions_are_logged_per_repo_layer(setup, tmp_path, caplog):
     data, base = setup
     config = tiny_experiment(tmp_path / "run", data, f"--load_path={base}", "--trainer.max_duration.value=2")
     trainer = _trainer(config)
-    start(trainer, config)
-    trainer.fit()
+    with caplog.at_level(logging.INFO):
+        start(trainer, config)
+        trainer.fit()
+    assert f"Initialising from {base}" in caplog.text
+    assert "will train from scratch" not in caplog.text  # OLMo-core's fit, looking for a checkpoint again
     logged = metrics(tmp_path / "run")
     for step in (1, 2):
         names = {k for k in logged[step] if k.startswith("train/positions/")}
