@@ -5,7 +5,8 @@ imported; and the names of the in-loop evaluators' metrics in it. Standard libra
 A trainer logs a step's metrics in several calls (the training metrics, then each in-loop evaluator's, then
 OLMo-core's checkpoint numbers): `append_metrics` merges a call for the step of the file's last record into that
 record, so that the file holds one line per step and every call is on disk when it returns (a kill loses
-nothing that was logged). A reader that follows the file as it grows re-reads its last line (`follow`)."""
+nothing that was logged). A reader that follows the file as it grows (the demo's progress) re-reads its last
+line."""
 
 from __future__ import annotations
 
