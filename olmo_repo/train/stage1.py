@@ -33,9 +33,7 @@ from torch.distributed.fsdp import FullStateDictConfig, StateDictType
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..block import repo_blocks
-from ..fit import fit_stage1, listed
-from ..modes import F_PHI_WEIGHTS
+from ..fit import f_phi_layer, fit_stage1, listed
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
 
@@ -56,15 +54,9 @@ def _meta_model(config: ModelConfig) -> OLMo:
 
 
 def repo_param_names(config: ModelConfig) -> set[str]:
-    """State-dict names of the RePo weights (gate_map/content_map/final_map of every RePo layer)."""
-    model = _meta_model(config)
-    blocks = {id(b) for b in repo_blocks(model)}
-    return {
-        f"{module_name}.{weight}.weight"
-        for module_name, module in model.named_modules()
-        if id(module) in blocks
-        for weight in F_PHI_WEIGHTS
-    }
+    """State-dict names of the RePo weights (gate_map/content_map/final_map of every RePo layer), by the fit
+    rule's reading of a key (`olmo_repo.fit.f_phi_layer`)."""
+    return {k for k in _meta_model(config).state_dict() if f_phi_layer(k) is not None}
 
 
 def clean_param_name(name: str) -> str:
