@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from olmo_repo.demo.corpus import BATCH, SEQ_LEN
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 
 from .demo_runs import STAGES, TRAINING, copy, headings, outputs, run_demo, skipped
@@ -19,6 +20,8 @@ def test_a_finished_demo_has_every_section(finished_demo):
     for heading in ["## Training", "## In-loop NIAH during stage 2", "## Needle in a haystack", "## Attention mass",
                     "## Learned positions: RePo", "## Training cost"]:  # fmt: skip
         assert heading in headings(finished_demo)
+    for split in ("stage1", "stage2"):  # `--steps 2 2`: the corpus holds the windows the steps read, no more
+        assert (finished_demo / f"data/{split}.npy").stat().st_size == 2 * BATCH * SEQ_LEN * 4  # uint32
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (finished_demo / "report.md").read_text())
     assert sorted(links) == sorted(f"figures/{p.name}" for p in (finished_demo / "figures").iterdir())
     for (

@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs=2,
         metavar=("STAGE1", "STAGE2"),
-        help=f"training steps of stage 1 and of stage 2 (default and most: the configs', {stage1} and {stage2}, "
-        "the corpus's length)",
+        help=f"training steps of stage 1 and of stage 2 (default and most: the configs', {stage1} and {stage2}); "
+        "the corpus holds the windows they read, one per sequence",
     )
     args = parser.parse_args(argv)
     if args.samples < 1 or args.procs < 1:

@@ -30,6 +30,7 @@ __all__ = [
     "build_corpus",
     "build_tokenizer",
     "check_corpus",
+    "corpus_windows",
     "generate_document",
     "niah_document",
     "retrieval_document",
@@ -185,7 +186,7 @@ def build_corpus(
     same whichever other splits are built, and fewer windows are a prefix of more."""
     from tqdm import tqdm
 
-    windows = windows or {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
+    windows = windows or corpus_windows()
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     paths = {"tokenizer": out_dir / "tokenizer.json"}
@@ -201,10 +202,19 @@ def build_corpus(
     return paths
 
 
+def corpus_windows(steps: tuple[int, int] | None = None) -> dict[str, int]:
+    """The windows of each split a demo of `steps` (stage 1, stage 2; default: the configs') reads: every
+    training window once (each step reads BATCH), and the whole validation split."""
+    windows = {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
+    if steps is not None:
+        windows.update(stage1=steps[0] * BATCH, stage2=steps[1] * BATCH)
+    return windows
+
+
 def check_corpus(out_dir: Path, windows: dict[str, int] | None = None) -> None:
     """Check what `build_corpus(out_dir, tokenizer, windows)` writes: every file there, each split of its size;
     `CorruptFileError` naming the first that is not."""
-    windows = windows or {k: v for k, v in SPLIT_WINDOWS.items() if k != "base"}
+    windows = windows or corpus_windows()
     if not (out_dir / "tokenizer.json").is_file():
         raise CorruptFileError(f"{out_dir / 'tokenizer.json'} is missing")
     for split, n_windows in windows.items():

@@ -4,7 +4,7 @@
    checkpoint; `olmo_repo.demo.base` says why and how it was built) to an OLMo checkpoint, and builds a corpus
    in OLMo's memmap format with its BPE: RULER NIAH documents of three variants (prompt and answer, from the
    generator the evaluation uses, with other seeds), short retrieval practice, stories
-   (`olmo_repo.demo.corpus`).
+   (`olmo_repo.demo.corpus`), as many training windows as the steps read.
 2. Continues the base with RoPE on the corpus ("stage 1", `tiny-stage1-rope.yaml`, a fresh optimizer).
 3. Continues the stage-1 checkpoint, with its optimizer state, as the released recipe does ("stage 2"), three
    times on the same batches: RoPE, RePo on the layers the paper's rule picks, and NoPE on the same layers
@@ -44,6 +44,7 @@ from ..output import PNG_SIGNATURE
 from ..tables import markdown_table
 from . import BASE_DIR, PROCS, SAMPLES, config_path
 from .folder import DemoFolder
+from .corpus import corpus_windows
 from .training import RunResult, latest_checkpoint, niah_curves, run_training, summarise
 
 __all__ = ["STAGE2", "run_demo", "separation"]
@@ -139,9 +140,12 @@ class _Demo:
         self.overrides.update({name: (*common, *lengths[1]) for name in STAGE2.values()})
         for name in TRAINING:
             self.overrides[name] += _in_loop_prompts(name, samples)
+        self.windows = corpus_windows(steps)
         files = [p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()]
         inputs = {"base": _digest(*files)}
-        inputs["corpus"] = _digest(inputs["base"], (Path(__file__).parent / "corpus.py").read_bytes())
+        corpus_code = (Path(__file__).parent / "corpus.py").read_bytes()
+        sized = [] if self.windows == corpus_windows() else [json.dumps(self.windows, sort_keys=True)]
+        inputs["corpus"] = _digest(inputs["base"], corpus_code, *sized)  # a full-size corpus as before sizes
         for name, upstream in zip(TRAINING, ["corpus", *["stage1-rope"] * len(STAGE2)]):
             # the folder's own path aside, so that a moved or copied demo folder is still the same demo
             overrides = [o.replace(str(folder.path), "$OUT") for o in self.overrides[name]]
@@ -207,11 +211,11 @@ class _Demo:
 
         def work(resume: bool) -> None:
             print(f"Building the corpus under {data}...", flush=True)
-            paths = build_corpus(self.folder.entry("data"), tokenizer)
+            paths = build_corpus(self.folder.entry("data"), tokenizer, self.windows)
             sizes = [f"{k} {p.stat().st_size // 4:,} tokens" for k, p in paths.items() if p.suffix == ".npy"]
             print(f"   {', '.join(sizes)}", flush=True)
 
-        self.stage("corpus", ["data"], lambda: check_corpus(data), work)
+        self.stage("corpus", ["data"], lambda: check_corpus(data, self.windows), work)
 
     def train(self, name: str, load_path: str) -> RunResult:
         def work(resume: bool) -> dict[str, float]:
