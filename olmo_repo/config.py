@@ -11,7 +11,6 @@ are read from the copy instead.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError
 
 from . import modes
+from .errors import not_a_key
 from .modes import PositionMode, layer_modes, repo_layer_ids
 
 __all__ = [
@@ -182,11 +182,8 @@ def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
         if dataclasses.is_dataclass(cause.object_type)
         else []
     )
-    match = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
-    if match:
-        return OLMoConfigurationError(f"{full_key} is not a config key; did you mean {prefix}{match[0]}?")
     owner = getattr(cause.object_type, "__name__", "the config")
-    return OLMoConfigurationError(f"{full_key} is not a config key (not in '{owner}')")
+    return OLMoConfigurationError(not_a_key(prefix + name, fields, owner))
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:

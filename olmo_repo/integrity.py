@@ -8,8 +8,10 @@ or a safetensors header.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import zipfile
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
 
@@ -19,10 +21,13 @@ __all__ = [
     "OLMO_CORE_CHECKPOINT",
     "checkpoint_problems",
     "file_problem",
+    "latest_intact",
     "olmo_core_checkpoint_problem",
     "require_intact",
     "require_model_dir",
 ]
+
+log = logging.getLogger(__name__)
 
 OLMO_CORE_CHECKPOINT = "model_and_optim"
 """The folder of an OLMo-core checkpoint (torch.distributed.checkpoint shards), beside its config.json."""
@@ -102,3 +107,47 @@ def require_model_dir(path: str | PathLike) -> None:
         )
     for file in files:
         require_intact(file)
+
+
+def latest_intact(
+    folder: str | PathLike,
+    newest_first: Iterable[Path],
+    problems: Callable[[Path], list[str]],
+    move_aside: bool = True,
+) -> Path | None:
+    """The first of a run folder's checkpoints (`newest_first`) without `problems`: the one a resume loads,
+    both trainers' rule. With `move_aside` (one process of a run does it) the newer corrupt ones are moved
+    aside to `NAME.corrupt` (never deleted), each with a warning, so that training writes that step again;
+    None for no checkpoint; `CorruptFileError` when every one is corrupt."""
+    corrupt: list[tuple[Path, list[str]]] = []
+    for path in newest_first:
+        if why := problems(path):
+            corrupt.append((path, why))
+            continue
+        for bad, reasons in corrupt if move_aside else []:
+            aside = _free_name(bad.with_name(bad.name + ".corrupt"))
+            bad.rename(aside)
+            log.warning(
+                "%s is corrupt (%s): moved aside to %s; resuming from %s",
+                bad,
+                "; ".join(reasons),
+                aside,
+                path,
+            )
+        return path
+    if corrupt:
+        listed = "; ".join(f"{p.name}: {'; '.join(why)}" for p, why in corrupt)
+        raise CorruptFileError(
+            f"no intact checkpoint in {folder} to resume from ({listed}): restore one from a copy, or move them "
+            "away to start the run afresh"
+        )
+    return None
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or `path.2`, `path.3`, ... : the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate

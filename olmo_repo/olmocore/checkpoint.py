@@ -14,18 +14,35 @@ checkpoint was written with.
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
-from olmo_core.distributed.checkpoint import load_model_and_optim_state, save_model_and_optim_state
+from olmo_core.distributed.checkpoint import (
+    get_checkpoint_metadata,
+    load_model_and_optim_state,
+    save_model_and_optim_state,
+)
 from olmo_core.nn.transformer import Transformer, TransformerConfig
+from torch.distributed.checkpoint.metadata import Metadata
 
-from ..errors import RepoError
+from ..errors import CorruptFileError, RepoError
+from ..integrity import file_problem, latest_intact
+from ..upstream.olmo_core import truncated_files
 from . import attention  # noqa: F401  (registers RepoAttentionConfig before any config is decoded)
 
-__all__ = ["CONFIG", "MODEL_AND_OPTIM", "is_checkpoint", "load_model", "read_config", "save_model"]
+__all__ = [
+    "CONFIG",
+    "MODEL_AND_OPTIM",
+    "is_checkpoint",
+    "latest_intact_checkpoint",
+    "load_model",
+    "read_config",
+    "read_metadata",
+    "save_model",
+]
 
 CONFIG = "config.json"
 MODEL_AND_OPTIM = "model_and_optim"
@@ -62,6 +79,53 @@ def not_a_checkpoint(path: str | Path, key: str = "") -> str:
     return f"{key}{path}: not an OLMo-core checkpoint{hint}"
 
 
+def read_metadata(directory: str | Path, key: str = "") -> Metadata:
+    """The torch.distributed.checkpoint metadata of `directory` (a `model_and_optim/`, local or a URL; given as
+    `key`, e.g. "load_path="), once a local one is whole: `CorruptFileError` naming a `.metadata` that cannot
+    be read or a file shorter than it says (a save that did not end), before anything loads; FileNotFoundError
+    where there is no `.metadata`."""
+    try:
+        metadata = get_checkpoint_metadata(directory)
+    except (EOFError, pickle.UnpicklingError, AttributeError, ValueError) as e:
+        raise CorruptFileError(
+            f"{key}{directory}/.metadata cannot be read ({e}): the checkpoint was not written to its end; "
+            "write it again or use another one"
+        ) from None
+    if "://" not in str(directory):
+        for file, size, need in truncated_files(Path(directory), metadata):
+            state = "missing" if size < 0 else f"{size:,} bytes of {need:,}"
+            raise CorruptFileError(
+                f"{key}{file} is {state}: the checkpoint was not written to its end; write it again or use "
+                "another one"
+            )
+    return metadata
+
+
+def checkpoint_problems(step: Path) -> list[str]:
+    """`FILE: problem` for each file of a run's local checkpoint `step` that a resume would fail on."""
+    problems = [f"{step / 'train'}: missing"] if not (step / "train").is_dir() else []
+    problems += [f"{f}: {why}" for f in sorted(step.glob("train/*.pt")) if (why := file_problem(f))]
+    try:
+        read_metadata(step / MODEL_AND_OPTIM)
+    except FileNotFoundError:
+        problems.append(f"{step / MODEL_AND_OPTIM / '.metadata'}: missing")
+    except CorruptFileError as e:
+        problems.append(str(e).split(": the checkpoint")[0])
+    return problems
+
+
+def latest_intact_checkpoint(folder: str | Path, move_aside: bool = True) -> Path | None:
+    """The latest checkpoint (`stepN/`) of a local run folder that a resume can load, by the rule of both
+    trainers (`olmo_repo.integrity.latest_intact`): a newer corrupt one is moved aside to `stepN.corrupt`
+    (with `move_aside`: rank 0), so that OLMo-core's own resume, which takes the newest, loads this one."""
+    steps = sorted(
+        (p for p in Path(folder).glob("step*") if re.fullmatch(r"step\d+", p.name) and p.is_dir()),
+        key=lambda p: int(p.name[4:]),
+        reverse=True,
+    )
+    return latest_intact(folder, steps, checkpoint_problems, move_aside)
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """The `config.json` of an OLMo-core checkpoint; `RepoError` naming the file when it is missing or not an
     OLMo-core checkpoint of this project."""
@@ -90,6 +154,7 @@ def model_config(path: str | Path) -> TransformerConfig:
 def load_model(path: str | Path, config: TransformerConfig | None = None) -> Transformer:
     """The model of an OLMo-core checkpoint on the CPU, every weight loaded strictly (dtype as configured)."""
     config = config or model_config(path)
+    read_metadata(Path(path) / MODEL_AND_OPTIM)  # whole, before the load
     model = config.build(init_device="cpu")
     load_model_and_optim_state(Path(path) / MODEL_AND_OPTIM, model, strict=True)
     return model

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from olmo_core.distributed.checkpoint import (
-    get_checkpoint_metadata,
     load_state_dict,
     merge_state_dicts,
     prune_state_dict,
@@ -36,7 +35,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 
 from ..errors import RepoError
 from ..fit import fit_stage1
-from .checkpoint import MODEL_AND_OPTIM, not_a_checkpoint
+from .checkpoint import MODEL_AND_OPTIM, not_a_checkpoint, read_metadata
 
 __all__ = ["check_stage1", "load_stage1"]
 
@@ -51,7 +50,7 @@ def _checkpoint_dir(path: str) -> str:
 def _metadata(path: str) -> tuple[str, Metadata]:
     directory = _checkpoint_dir(path)
     try:
-        return directory, get_checkpoint_metadata(directory)
+        return directory, read_metadata(directory, "load_path=")
     except FileNotFoundError:
         raise RepoError(not_a_checkpoint(path, "load_path=")) from None
 

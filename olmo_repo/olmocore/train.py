@@ -7,8 +7,10 @@ and dotted overrides
 (`--train_module.optim.lr=1e-4`, `--load_path=...`). `run` then does what OLMo-core's `script_utils.main` does,
 with these differences:
 
-- Checks first, before anything is written or a process group starts: the position modes of every block
-  (one line naming the key), the local data files, the stage-1 checkpoint's keys against the model's.
+- Checks first, before anything is written or a process group starts: the override keys and the position modes
+  of every block (one line naming the key), the local data files, the stage-1 checkpoint (whole, its keys
+  against the model's); then, as on the ai2-olmo side, a corrupt newest checkpoint of the save folder is moved
+  aside so that the resume loads the latest intact one.
 - The process group: gloo without CUDA (OLMo-core's `main` runs no process group on CPU), `cpu:gloo,cuda:nccl`
   with it, so `torchrun --nproc-per-node=2` trains on CPU with the config's FSDP as OLMo-core applies it.
 - Stage-1 initialisation (`load_path`, when `save_folder` has no checkpoint) is strict
@@ -27,8 +29,10 @@ the same command.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import logging
+import os
 import re
 import signal
 from collections.abc import Callable
@@ -49,12 +53,13 @@ from olmo_core.utils import seed_all
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from ..errors import RepoError
+from ..errors import RepoError, not_a_key
 from ..metrics import append_metrics, trim_metrics
 from ..modes import POSITIONS_METRIC
 from ..rope import observe_positions
 from ..slurm import requeue
 from .attention import RepoAttentionConfig
+from .checkpoint import latest_intact_checkpoint
 from .stage1 import check_stage1, load_stage1
 
 __all__ = [
@@ -137,6 +142,10 @@ def check_experiment(config: ExperimentConfig) -> None:
             )
     if config.load_path and not is_url(config.load_path):
         check_stage1(config.load_path, model)
+    if (
+        not is_url(save) and folder.is_dir()
+    ):  # last: the checkpoint a resume loads, a corrupt newer moved aside
+        latest_intact_checkpoint(folder, move_aside=os.environ.get("RANK", "0") == "0")
 
 
 @dataclass
@@ -279,8 +288,29 @@ def work_dir(save_folder: str) -> str:
 
 
 def build(build_config: BuildConfig, opts: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
-    """`build_config(opts, overrides)`; a bad override is one `RepoError` naming the config file."""
+    """`build_config(opts, overrides)`; a bad override is one `RepoError` naming the config file, an unknown key
+    with its nearest known name (as the ai2-olmo side's configs)."""
     try:
+        config = build_config(opts, [])
+        for override in overrides:
+            check_override_key(config, override.lstrip("-").split("=", 1)[0])
         return build_config(opts, overrides)
     except (OLMoConfigurationError, ValueError, KeyError) as e:
         raise RepoError(f"{opts.config}: {e}") from None
+
+
+def check_override_key(config: Any, key: str) -> None:
+    """`RepoError` when the dotted `key` names nothing in `config` (an OLMo-core config dataclass), walking its
+    fields and dicts (callbacks: a new entry needs its class, which an override cannot give) down to a value or
+    an unset field."""
+    node = config
+    for depth, name in enumerate(parts := key.split(".")):
+        if isinstance(node, dict):
+            known, owner = [str(k) for k in node], ".".join(parts[:depth])
+        elif dataclasses.is_dataclass(node):
+            known, owner = [f.name for f in dataclasses.fields(node)], type(node).__name__
+        else:
+            return
+        if name not in known:
+            raise RepoError(not_a_key(".".join(parts[: depth + 1]), known, owner))
+        node = node[name] if isinstance(node, dict) else getattr(node, name)

@@ -27,7 +27,8 @@ from olmo.util import (
 )
 from omegaconf import OmegaConf as om
 
-from ..integrity import checkpoint_problems
+from ..errors import CorruptFileError
+from ..integrity import checkpoint_problems, latest_intact
 from ..output import write_file
 
 log = logging.getLogger(__name__)
@@ -178,41 +179,22 @@ _STEP_DIR = re.compile(r"step(\d+)(-unsharded)?")
 
 def latest_intact_checkpoint(folder: PathOrStr) -> Path | None:
     """The latest checkpoint in a local run folder (`stepN` sharded before `stepN-unsharded`, step 0 included)
-    whose files are intact. A newer corrupt one is moved aside to `stepN...corrupt` (never deleted), with a
-    warning, so that training can write that step again; if every checkpoint is corrupt, that is an error."""
+    whose files are intact (`olmo_repo.integrity.latest_intact`: a newer corrupt one is moved aside to
+    `stepN...corrupt` with a warning; if every checkpoint is corrupt, that is an error)."""
     candidates = sorted(
         (int(m[1]), m[2] is None, p)
         for p in Path(folder).glob("step*")
         if (m := _STEP_DIR.fullmatch(p.name)) and p.is_dir()
     )
-    corrupt: list[tuple[Path, list[str]]] = []
-    for _, sharded, path in reversed(candidates):
+
+    def problems(path: Path) -> list[str]:
+        sharded = not path.name.endswith("-unsharded")
         required = ("config.yaml",) if sharded else ("config.yaml", "model.pt", "optim.pt", "train.pt")
-        problems = [f"{path / f}: missing" for f in required if not (path / f).is_file()]
-        problems += checkpoint_problems(path)
-        if not problems:
-            for bad, why in corrupt:
-                aside = _free_name(bad.with_name(bad.name + ".corrupt"))
-                bad.rename(aside)
-                reason = "; ".join(why)
-                log.warning(
-                    "%s is corrupt (%s): moved aside to %s; resuming from %s", bad, reason, aside, path
-                )
-            return path
-        corrupt.append((path, problems))
-    if corrupt:
-        listed = "; ".join(f"{p.name}: {'; '.join(why)}" for p, why in corrupt)
-        raise OLMoCheckpointError(
-            f"no intact checkpoint in {folder} to resume from ({listed}): restore one from a copy, or move them "
-            "away to start the run afresh"
+        return [f"{path / f}: missing" for f in required if not (path / f).is_file()] + checkpoint_problems(
+            path
         )
-    return None
 
-
-def _free_name(path: Path) -> Path:
-    """`path`, or `path.2`, `path.3`, ... : the first that does not exist."""
-    candidate, n = path, 1
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.name}.{n}")
-    return candidate
+    try:
+        return latest_intact(folder, [p for *_, p in reversed(candidates)], problems)
+    except CorruptFileError as e:
+        raise OLMoCheckpointError(str(e)) from None

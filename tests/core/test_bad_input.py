@@ -24,6 +24,35 @@ def olmo_checkpoint(tmp_path):
     return path
 
 
+@pytest.fixture(scope="module")
+def model_checkpoint(tmp_path_factory) -> Path:
+    """A model-only OLMo-core checkpoint of the tiny config's RoPE model (a stage-1 start)."""
+    from olmo_repo.olmocore.attention import with_position_modes
+    from olmo_repo.olmocore.checkpoint import save_model
+
+    from .training import tiny_experiment
+
+    path = tmp_path_factory.mktemp("ckpt") / "stage1"
+    model = with_position_modes(tiny_experiment(path, path).model, "rope")
+    config = {
+        "model": model.as_config_dict(),
+        "dataset": {"tokenizer": {"identifier": str(BASE_DIR / "tokenizer.json")}},
+        "train_module": {"max_sequence_length": 512},
+    }
+    save_model(model.build(init_device="cpu"), config, path)
+    return path
+
+
+def _copy_cut(checkpoint: Path, out: Path, name: str, keep: int = 100) -> Path:
+    """A copy of `checkpoint` whose model_and_optim/`name` holds only its first `keep` bytes."""
+    import shutil
+
+    shutil.copytree(checkpoint, out)
+    file = out / "model_and_optim" / name
+    file.write_bytes(file.read_bytes()[:keep])
+    return out
+
+
 def _one_line(capsys, prog: str, says: str) -> None:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"{prog}: error: ") and says in err, err
@@ -40,9 +69,29 @@ def _one_line(capsys, prog: str, says: str) -> None:
         ([], "does not exist (pass --data-root"),
         (["--load_path={olmo}"], "ai2-olmo checkpoint"),
         (["--save-folder=s3://bucket/run"], "use e.g. s3://bucket/runs/run"),
+        # An unknown override key: its nearest name, as the ai2-olmo side's configs say it (test_bad_input.py).
+        (["--trainr.max_duration=3"], "error: trainr is not a config key; did you mean trainer?"),
+        (
+            ["--model.block.sequence_mixer.pe_mdoe=repo"],
+            "error: model.block.sequence_mixer.pe_mdoe is not a config key; did you mean "
+            "model.block.sequence_mixer.pe_mode?",
+        ),
+        (
+            ["--trainer.callbacks.chekpointer.save_interval=3"],
+            "did you mean trainer.callbacks.checkpointer?",
+        ),
+        (
+            ["--trainer.callbacks.mine.x=1"],
+            "trainer.callbacks.mine is not a config key (not in 'trainer.callbacks')",
+        ),
+        # A stage-1 checkpoint cut short: named before a process group starts (it was a traceback mid-load).
+        (["--load_path={truncated}"], "__0_1.distcp is 100 bytes of"),
+        (["--load_path={no_metadata}"], ".metadata cannot be read"),
     ],
 )
-def test_core_train_refuses_before_anything_is_written(tmp_path, capsys, olmo_checkpoint, args, says):
+def test_core_train_refuses_before_anything_is_written(
+    tmp_path, capsys, olmo_checkpoint, model_checkpoint, args, says
+):
     data = tmp_path / "data"
     if "does not exist" not in says:
         data.mkdir()
@@ -50,7 +99,10 @@ def test_core_train_refuses_before_anything_is_written(tmp_path, capsys, olmo_ch
     save = tmp_path / "run"
     argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}"]
     # A second --save-folder in `args` wins over the first.
-    assert core_train.main(argv + [a.format(olmo=olmo_checkpoint) for a in args]) == 1
+    truncated = _copy_cut(model_checkpoint, tmp_path / "truncated", "__0_1.distcp")
+    no_metadata = _copy_cut(model_checkpoint, tmp_path / "no-metadata", ".metadata")
+    args = [a.format(olmo=olmo_checkpoint, truncated=truncated, no_metadata=no_metadata) for a in args]
+    assert core_train.main(argv + args) == 1
     _one_line(capsys, "core_train.py", says)
     assert not save.exists()
 
@@ -161,3 +213,48 @@ def test_a_run_folder_where_a_checkpoint_is_needed_names_its_latest(tmp_path, ca
     assert core_train.main(argv) == 1
     _one_line(capsys, "core_train.py", f"e.g. the latest, {run / 'step10'}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
+
+
+def _run_with_steps(run: Path, checkpoint: Path, steps: dict[int, str | None]) -> None:
+    """A run folder whose stepN/ are copies of `checkpoint` with a train state, the file named cut short."""
+    import torch
+
+    for step, cut in steps.items():
+        dest = run / f"step{step}"
+        _copy_cut(checkpoint, dest, cut) if cut else __import__("shutil").copytree(checkpoint, dest)
+        (dest / "train").mkdir()
+        torch.save({"global_step": step}, dest / "train" / "rank0.pt")
+
+
+def test_a_corrupt_latest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_one_before(
+    tmp_path, capsys, caplog, model_checkpoint
+):
+    """As on the ai2-olmo side (test_run_folder.py): the newest checkpoint cut short is moved aside (never
+    deleted) with a warning, so that OLMo-core's resume, which takes the newest, loads the intact one; every
+    checkpoint corrupt is one line, nothing moved."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    run = tmp_path / "run"
+    _run_with_steps(run, model_checkpoint, {2: None, 4: "__0_1.distcp"})
+    argv = [str(TINY), f"--save-folder={run}", f"--data-root={data}", "--dry-run"]
+    assert core_train.main(argv) == 0
+    assert sorted(p.name for p in run.iterdir()) == ["step2", "step4.corrupt"]
+    assert (
+        "step4 is corrupt" in caplog.text and "resuming from" in caplog.text and "__0_1.distcp" in caplog.text
+    )
+    capsys.readouterr()
+
+    broken = tmp_path / "broken"
+    _run_with_steps(broken, model_checkpoint, {2: ".metadata", 4: "__0_1.distcp"})
+    argv[1] = f"--save-folder={broken}"
+    assert core_train.main(argv) == 1
+    _one_line(capsys, "core_train.py", f"no intact checkpoint in {broken} to resume from (step4: ")
+    assert sorted(p.name for p in broken.iterdir()) == ["step2", "step4"]
+
+
+def test_a_truncated_checkpoint_is_one_line_for_the_converter(tmp_path, capsys, model_checkpoint):
+    truncated = _copy_cut(model_checkpoint, tmp_path / "truncated", "__0_1.distcp")
+    assert core_convert_to_hf.main(["--input", str(truncated), "--output", str(tmp_path / "hf")]) == 1
+    _one_line(capsys, "core_convert_to_hf.py", "__0_1.distcp is 100 bytes of")
+    assert not (tmp_path / "hf").exists()
