@@ -43,8 +43,8 @@ from ..integrity import require_model_dir
 from ..output import PNG_SIGNATURE
 from ..tables import markdown_table
 from . import BASE_DIR, PROCS, SAMPLES, config_path
-from .folder import DemoFolder
 from .corpus import corpus_windows
+from .folder import DemoFolder
 from .training import RunResult, latest_checkpoint, niah_curves, run_training, summarise
 
 __all__ = ["STAGE2", "run_demo", "separation"]
