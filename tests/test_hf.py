@@ -866,3 +866,23 @@ def test_an_unreadable_config_json_is_named_in_one_line(tmp_path, text):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'config.json'))} is not ") as error:
         read_hf_config(tmp_path)
     assert "\n" not in str(error.value)
+
+
+def test_round_trips_keep_every_config_value(converted, tmp_path):
+    """ai2-olmo -> HF -> ai2-olmo -> HF: both configs come back whole, but for the keys tests/round_trips.py
+    lists with their reasons (training length, RoPE, norms, position modes all kept)."""
+    from omegaconf import OmegaConf
+
+    from .round_trips import HF_MAY_DIFFER, OLMO_MAY_DIFFER, config_differences
+
+    _, _, hf_dir = converted
+    back = convert_from_hf(hf_dir, tmp_path / "back")
+    hf_again = convert_to_hf(back, tmp_path / "hf-again")
+    hf_configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, hf_again)]
+    assert config_differences(*hf_configs, HF_MAY_DIFFER) == {}
+    models = [
+        OmegaConf.to_container(OmegaConf.load(d / "config.yaml").model) for d in (tmp_path / "olmo", back)
+    ]
+    assert config_differences(*models, OLMO_MAY_DIFFER) == {}
+    widths = [m["mlp_hidden_size"] or m["mlp_ratio"] * m["d_model"] for m in models]
+    assert widths[0] == widths[1]

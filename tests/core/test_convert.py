@@ -19,6 +19,7 @@ from olmo_repo.olmocore.convert import core_config_from_hf
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
 from olmo_repo.rope import record_positions
 
+from ..round_trips import ALL_ROPE_MAY_DIFFER, CORE_MAY_DIFFER, HF_MAY_DIFFER, config_differences
 from .tiny import assert_within, logit_roundings, olmo2_tiny
 
 TOKENIZER = {
@@ -26,6 +27,7 @@ TOKENIZER = {
     "vocab_size": 4096,
     "eos_token_id": 0,
     "pad_token_id": 1,
+    "bos_token_id": None,
 }
 
 
@@ -267,3 +269,38 @@ def test_a_checkpoint_without_its_training_length_needs_it_given(tmp_path):
     recorded = hf_to_core(hf_dir, tmp_path / "back")  # records the HF model's length
     again = core_to_hf(recorded, tmp_path / "hf2")
     assert json.loads((again / "config.json").read_text())["max_position_embeddings"] == 256
+
+
+@pytest.mark.parametrize("shape", ["olmo2-repo", "olmo2-gqa-rope", "olmo3-gqa-repo", "olmo3-nope"])
+def test_round_trips_keep_every_config_value(tmp_path, shape):
+    """OLMo-core -> HF -> OLMo-core -> HF: both configs come back whole, but for the keys tests/round_trips.py
+    lists with their reasons (training length, RoPE, windows, norms, position modes all kept)."""
+    family, *rest = shape.split("-")
+    kv_heads = 2 if "gqa" in rest else None
+    if family == "olmo3":
+        config = _olmo3_tiny(rest[-1], kv_heads)
+    else:
+        config = olmo2_tiny(rest[-1], 1, vocab_size=4096, n_kv_heads=kv_heads)
+    _, core_dir = _save_core(tmp_path, config)
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    core_again = hf_to_core(hf_dir, tmp_path / "core-again")
+    hf_again = core_to_hf(core_again, tmp_path / "hf-again")
+    hf_configs = [json.loads((d / "config.json").read_text()) for d in (hf_dir, hf_again)]
+    assert config_differences(*hf_configs, HF_MAY_DIFFER) == {}
+    core_configs = [checkpoint.read_config(d) for d in (core_dir, core_again)]
+    all_rope = ALL_ROPE_MAY_DIFFER if rest[-1] == "rope" else {}
+    assert config_differences(*core_configs, {**CORE_MAY_DIFFER, **all_rope}) == {}
+    windows = [checkpoint.model_config(d).block.sequence_mixer.sliding_window for d in (core_dir, core_again)]
+    n = config.n_layers
+    resolved = [
+        [w.should_use_swa(i, n) and w.get_window_size(i, n) if w else False for i in range(n)]
+        for w in windows
+    ]
+    assert resolved[0] == resolved[1]
+
+
+def test_a_stock_hf_model_round_trips_with_its_whole_config(tmp_path):
+    """The demo's base (stock HF olmo2, bf16, tied embeddings): HF -> OLMo-core -> HF keeps every value."""
+    back = core_to_hf(hf_to_core(BASE_DIR, tmp_path / "core"), tmp_path / "hf")
+    configs = [json.loads((d / "config.json").read_text()) for d in (BASE_DIR, back)]
+    assert config_differences(*configs, HF_MAY_DIFFER) == {}
