@@ -84,21 +84,24 @@ def read_metadata(directory: str | Path, key: str = "") -> Metadata:
     `key`, e.g. "load_path="), once a local one is whole: `CorruptFileError` naming a `.metadata` that cannot
     be read or a file shorter than it says (a save that did not end), before anything loads; FileNotFoundError
     where there is no `.metadata`."""
+    metadata, damage = _read_whole(directory)
+    if damage is not None:
+        raise CorruptFileError(
+            f"{key}{damage}: the checkpoint was not written to its end; write it again or use another one"
+        )
+    return metadata
+
+
+def _read_whole(directory: str | Path) -> tuple[Any, str | None]:
+    """(metadata or None, "FILE is ..." for the first damaged file of `directory` or None)."""
     try:
         metadata = get_checkpoint_metadata(directory)
     except (EOFError, pickle.UnpicklingError, AttributeError, ValueError) as e:
-        raise CorruptFileError(
-            f"{key}{directory}/.metadata cannot be read ({e}): the checkpoint was not written to its end; "
-            "write it again or use another one"
-        ) from None
+        return None, f"{directory}/.metadata cannot be read ({e})"
     if "://" not in str(directory):
         for file, size, need in truncated_files(Path(directory), metadata):
-            state = "missing" if size < 0 else f"{size:,} bytes of {need:,}"
-            raise CorruptFileError(
-                f"{key}{file} is {state}: the checkpoint was not written to its end; write it again or use "
-                "another one"
-            )
-    return metadata
+            return metadata, f"{file} is {'missing' if size < 0 else f'{size:,} bytes of {need:,}'}"
+    return metadata, None
 
 
 def checkpoint_problems(step: Path) -> list[str]:
@@ -106,12 +109,10 @@ def checkpoint_problems(step: Path) -> list[str]:
     problems = [f"{step / 'train'}: missing"] if not (step / "train").is_dir() else []
     problems += [f"{f}: {why}" for f in sorted(step.glob("train/*.pt")) if (why := file_problem(f))]
     try:
-        read_metadata(step / MODEL_AND_OPTIM)
+        _, damage = _read_whole(step / MODEL_AND_OPTIM)
     except FileNotFoundError:
-        problems.append(f"{step / MODEL_AND_OPTIM / '.metadata'}: missing")
-    except CorruptFileError as e:
-        problems.append(str(e).split(": the checkpoint")[0])
-    return problems
+        damage = f"{step / MODEL_AND_OPTIM / '.metadata'}: missing"
+    return problems + ([damage] if damage else [])
 
 
 def latest_intact_checkpoint(folder: str | Path, move_aside: bool = True) -> Path | None:
