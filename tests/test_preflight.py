@@ -126,11 +126,12 @@ def test_fsdp_preflight_accepts_bf16_through_fsdp_on_cpu(tmp_path):
 
 
 def test_documented_two_process_examples_pass_preflight(tmp_path):
-    commands = [c for c in documented_commands() if c.startswith(".venv/bin/torchrun --nproc_per_node=2")]
+    start = ".venv/bin/python scripts/train.py --nproc-per-node=2"
+    commands = [c for c in documented_commands() if c.startswith(start)]
     assert len(commands) >= 2  # DDP and FSDP
     data = write_corpus(tmp_path / "data")  # the documented commands use the demo's corpus
     for command in commands:
-        config, *flags = shlex.split(command)[3:]  # after torchrun, --nproc_per_node=2, scripts/train.py
+        config, *flags = shlex.split(command)[3:]  # after python, scripts/train.py, --nproc-per-node=2
         overrides = [re.sub(r"^--data_prefix=.*", f"--data_prefix={data}", f) for f in flags]
         overrides = [o.removeprefix("--") for o in overrides + [f"--save_folder={tmp_path / 'run'}"]]
         preflight(RepoTrainConfig.load(ROOT / config, overrides), cuda=False, world_size=2)

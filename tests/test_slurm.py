@@ -241,6 +241,16 @@ def test_cpu_job_resubmit_requeue_and_sigusr1_continue_the_run_exactly(
     def args(save_folder: Path, stop: int) -> list[str]:
         return cli(small(data, save_folder, stop_at=stop, **steps))
 
+    # A bad input fails the job once, before any node starts: one line in its log, no traceback, nothing written.
+    bad = slurm.submit(CPU_JOB, cli(small(data, tmp_path / "bad", global_train_batch_size=3)))
+    info = slurm.wait(bad)
+    log = slurm.log(bad)
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0"), log[-3000:]
+    assert [line for line in log.splitlines() if "error" in line.lower()] == [
+        "train.py: error: config cannot train here: global_train_batch_size=3 is not divisible by the 2 ranks"
+    ], log[-3000:]
+    assert "Traceback" not in log and not (tmp_path / "bad").exists()
+
     # An uninterrupted run: the losses every other run must reproduce.
     reference = slurm.submit(CPU_JOB, args(tmp_path / "reference", stop_at))
     info = slurm.wait(reference)

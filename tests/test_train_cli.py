@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,6 @@ from .training import (
     small,
     stop_with_sigusr1,
     subprocess_env,
-    torchrun_command,
     train_command,
     write_corpus,
 )
@@ -115,6 +115,47 @@ def test_sigusr1_stops_with_a_checkpoint_and_the_rerun_continues(tmp_path):
     assert sorted(losses(run)) == list(range(1, 41))  # continued from the checkpoint, each step once
 
 
+def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    run = tmp_path / "run"
+
+    def launch(*flags: str, **overrides: object) -> subprocess.CompletedProcess:
+        args = [str(STAGE2_REPO), *cli(small(data, run, **overrides))]
+        command = [sys.executable, str(TRAIN_SCRIPT), *flags, *args]
+        return subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+    # What each of two ranks would refuse: said once, in one line, before any worker starts; nothing written.
+    done = launch("--nproc-per-node=2", global_train_batch_size=3)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "train.py: error: config cannot train here: global_train_batch_size=3 is not divisible by the 2 ranks\n"
+    )
+    assert not run.exists()
+    # --check, for a run of 2 nodes x 2 processes: 4 ranks, which a batch of 4 gives 1 each (micro-batch 2).
+    done = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=4)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "the per-rank batch 1 (global_train_batch_size=4 over 4 rank(s))" in done.stderr
+    done = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=8)
+    assert (done.returncode, done.stdout) == (0, "train.py: the run can start on 2 node(s) x 2 process(es)\n")
+    assert not run.exists()  # checked, nothing started
+    usage = launch("--nnodes=2", "--nproc-per-node=2")
+    assert usage.returncode == 2 and "--nnodes is for --check" in usage.stderr
+
+
+def test_a_worker_that_fails_after_the_checks_is_one_line_from_the_launcher():
+    """torchrun's own ChildFailedError traceback is replaced by one line naming the failed process (the worker
+    here: `python -m json.tool` of a file that does not exist, which argparse answers with exit status 2)."""
+    code = "from olmo_repo.cli.launch import _torchrun; raise SystemExit(_torchrun('train.py', 'json.tool', 2, ['/nope']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(
+        r"^train\.py: error: training process [01] failed \(exit status 2\): its error is above$",
+        done.stderr.splitlines()[-1],
+    )
+
+
 @pytest.mark.procs
 def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
     data = write_corpus(tmp_path / "data")
@@ -123,7 +164,8 @@ def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
         data, save, max_duration=4, stop_at=4, save_interval_unsharded=4, console_log_interval=2
     )
     overrides += ["wandb={project: olmo-repo-test, entity: null, log_interval: 2}"]
-    _run(torchrun_command(TRAIN_SCRIPT, [str(STAGE2_REPO), *cli(overrides)]))
+    # The documented start: checked once here, then two workers through torchrun.
+    _run([sys.executable, str(TRAIN_SCRIPT), "--nproc-per-node=2", str(STAGE2_REPO), *cli(overrides)])
     assert torch.load(save / "step4-unsharded/train.pt", weights_only=False)["world_size"] == 2
     records = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "train/CrossEntropyLoss" in r][-1]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from ..errors import RepoError
-from . import fail, positive_int
+from . import Errors, fail, positive_int
+from .launch import add_arguments, launched
 
 __all__ = ["main"]
 
@@ -24,7 +26,9 @@ def _parser() -> argparse.ArgumentParser:
         usage="core_train.py CONFIG.py --save-folder DIR [OPTIONS...] [--key=value ...]",
         description="Train with OLMo-core's Trainer (run it with .venv-core/bin/): a config file of configs/olmocore/ "
         "defining build_config(opts, overrides) -> ExperimentConfig, OLMo-core's options, and dotted overrides of "
-        "the ExperimentConfig (--train_module.optim.lr=1e-4, --load_path=DIR, ...).",
+        "the ExperimentConfig (--train_module.optim.lr=1e-4, --load_path=DIR, ...). With --nproc-per-node=N the run "
+        "is checked once here, then N processes start through torchrun.",
+        allow_abbrev=False,
     )
     p.add_argument("config", help="the config file (configs/olmocore/*.py)")
     p.add_argument(
@@ -39,11 +43,13 @@ def _parser() -> argparse.ArgumentParser:
         "--sequence-length", type=positive_int, default=None, help="training length (default: the config's)"
     )
     p.add_argument("--dry-run", action="store_true", help="check and print the config, then exit")
+    add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
     opts, overrides = parser.parse_known_args(argv)
     if bad := [a for a in overrides if not _OVERRIDE.fullmatch(a)]:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are --key=value)")
@@ -56,11 +62,25 @@ def main(argv: list[str] | None = None) -> int:
         return fail(
             "core_train.py", "needs OLMo-core 3: run it with .venv-core/bin/python (make install-core)"
         )
-    from ..olmocore.train import build, load_build_config, run, work_dir
+    from ..olmocore.train import build, check_experiment, load_build_config, run, work_dir
 
     opts.work_dir = opts.work_dir or work_dir(opts.save_folder)
+
+    def errors() -> Errors:
+        return RepoError, OLMoConfigurationError, OSError
+
+    def check(world_size: int, local_world_size: int) -> None:
+        check_experiment(build(load_build_config(opts.config), opts, overrides), world_size)
+
+    status = launched(parser, opts, argv, "olmo_repo.cli.core_train", check, errors)
+    if status is not None:
+        return status
     try:
         run(build(load_build_config(opts.config), opts, overrides), opts)
-    except (RepoError, OLMoConfigurationError, OSError) as e:
+    except errors() as e:
         return fail("core_train.py", e)
     return 0
+
+
+if __name__ == "__main__":  # the module torchrun's workers run (`--nproc-per-node`)
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import RepoError
 from . import Errors, fail, run
+from .launch import add_arguments, launched
 
 __all__ = ["main"]
 
@@ -19,8 +20,9 @@ CONFIG is a YAML file (configs/*.yaml); each --key=value overrides a config key,
 nccl with CUDA, on gloo without. Rerunning the same command resumes from the latest checkpoint in
 save_folder (or remote_save_folder). See docs/training.md.
 
-    torchrun --nproc_per_node=N scripts/train.py CONFIG [--key=value ...]
-    python scripts/train.py CONFIG [--key=value ...]          # one process
+    scripts/train.py --nproc-per-node=N CONFIG [--key=value ...]   # N processes (torchrun), checked first
+    scripts/train.py CONFIG [--key=value ...]                      # one process
+    scripts/train.py --check --nnodes=M --nproc-per-node=N CONFIG  # check a run, start nothing
 """
 
 
@@ -35,7 +37,7 @@ def _training_errors() -> Errors:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage="%(prog)s CONFIG [--key=value ...]",
+        usage="%(prog)s [--nproc-per-node N] [--check [--nnodes M]] CONFIG [--key=value ...]",
         description="Train with OLMo's Trainer and the RePo model.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -44,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "config", metavar="CONFIG", help="training config (YAML), e.g. configs/official-1B-repo.yaml"
     )
-    args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    args, overrides = parser.parse_known_args(argv)
     for arg in overrides:
         if not (arg.startswith("--") and "=" in arg):
             parser.error(f"unrecognized argument {arg}: config overrides take the form --key=value")
@@ -52,6 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         return fail(
             PROG, f"config file {args.config} does not exist (expected a YAML file such as configs/*.yaml)"
         )
+
+    def check(world_size: int, local_world_size: int) -> None:
+        from ..train.run import check
+
+        check(args.config, overrides, world_size=world_size, local_world_size=local_world_size)
+
+    status = launched(parser, args, argv, "olmo_repo.cli.train", check, _training_errors)
+    if status is not None:
+        return status
 
     def train() -> None:
         from ..eval.inloop import install

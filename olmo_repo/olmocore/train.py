@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import importlib.util
 import logging
+import math
 import os
 import re
 import signal
@@ -112,9 +113,33 @@ def _is_run(folder: Path) -> bool:
     )
 
 
-def check_experiment(config: ExperimentConfig) -> None:
-    """What can be checked before a process group starts; `RepoError`/`OLMoConfigurationError` naming the key
-    or file."""
+def _check_batch(config: ExperimentConfig, world_size: int) -> None:
+    """The batch splits over the data-parallel ranks of `world_size` (OLMo-core checks it in every rank once the
+    model is built, with a traceback)."""
+    module = config.train_module
+    degrees = [getattr(c, "degree", 1) for c in (module.tp_config, module.cp_config) if c is not None]
+    dp = max(world_size // math.prod(degrees), 1)
+    batch, micro, length = (
+        config.data_loader.global_batch_size,
+        module.rank_microbatch_size,
+        module.max_sequence_length,
+    )
+    if micro % length:
+        raise RepoError(
+            f"train_module.rank_microbatch_size={micro} tokens is not a whole number of sequences of "
+            f"train_module.max_sequence_length={length}: pass a multiple of {length}"
+        )
+    if batch % (micro * dp):
+        raise RepoError(
+            f"data_loader.global_batch_size={batch} tokens does not split into {dp} data-parallel rank(s) of "
+            f"whole micro-batches (train_module.rank_microbatch_size={micro} tokens): pass a "
+            f"--data_loader.global_batch_size that is a multiple of {micro * dp}"
+        )
+
+
+def check_experiment(config: ExperimentConfig, world_size: int | None = None) -> None:
+    """What can be checked before a process group starts, for a run of `world_size` ranks (default: this
+    process's torchrun environment); `RepoError`/`OLMoConfigurationError` naming the key or file."""
     save = str(config.trainer.save_folder)
     url = urlparse(save)
     if is_url(save) and url.scheme in _BUCKETS and "/" not in url.path.strip("/"):
@@ -135,6 +160,7 @@ def check_experiment(config: ExperimentConfig) -> None:
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
             block.sequence_mixer.check(model.n_layers)
+    _check_batch(config, world_size or int(os.environ.get("WORLD_SIZE", "1")))
     for path in _data_paths(config.dataset):
         if not is_url(path) and not Path(path).is_file():
             raise RepoError(

@@ -58,8 +58,9 @@ def _local_data_paths(cfg: TrainConfig) -> list[tuple[str, str]]:
     return [(k, p) for k, p in out if not is_url(p)]
 
 
-def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
-    """Complete the config's defaults and check it, before any heavy work.
+def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size: int | None = None) -> None:
+    """Complete the config's defaults and check it, before any heavy work, for a run of `world_size` ranks
+    (`local_world_size` per node; default: this process's torchrun environment).
 
     Raises one `OLMoConfigurationError` that lists every problem and what to change.
     """
@@ -88,7 +89,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
             "with --fsdp.precision=mixed (or pure)"
         )
     if fsdp:
-        problems += _check_fsdp(cfg, world_size)
+        problems += _check_fsdp(cfg, world_size, local_world_size)
     if not cuda and cfg.model.init_device == "cuda":
         problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
     if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
@@ -114,6 +115,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
             "build the demo corpus with `make demo`"
         )
 
+    problems += _check_tokenizer(cfg)
     if cfg.load_path is not None and not is_url(cfg.load_path) and not Path(cfg.load_path).is_dir():
         problems.append(
             f"load_path={cfg.load_path} is not a directory: pass the checkpoint folder (or a URL)"
@@ -130,6 +132,20 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int) -> None:
         raise OLMoConfigurationError("config cannot train here: " + "; ".join(problems))  # one line
 
 
+def _check_tokenizer(cfg: TrainConfig) -> list[str]:
+    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise)."""
+    path = Path(cfg.tokenizer.identifier)
+    if not path.is_file():  # a Hugging Face Hub name, which OLMo fetches
+        return []
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a file that is not one
+        return [f"tokenizer.identifier={path} is not a tokenizer file ({e}): pass a tokenizer.json"]
+    return []
+
+
 # Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).
 _BROKEN_CHECKPOINTERS = {
     ShardedCheckpointerType.torch_new: "fails at the first save (its storage reader lacks abstract methods of "
@@ -143,12 +159,14 @@ _BROKEN_CHECKPOINTERS = {
 HYBRID_STRATEGIES = (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
 
 
-def hybrid_replicas(cfg: TrainConfig, world_size: int) -> int:
+def hybrid_replicas(cfg: TrainConfig, world_size: int, local_world_size: int | None = None) -> int:
     """HYBRID_SHARD's number of model replicas: the config's, else one per node."""
-    return cfg.fsdp.hybrid_sharding_num_model_replicas or world_size // get_local_world_size()
+    return cfg.fsdp.hybrid_sharding_num_model_replicas or world_size // (
+        local_world_size or get_local_world_size()
+    )
 
 
-def _check_fsdp(cfg: TrainConfig, world_size: int) -> list[str]:
+def _check_fsdp(cfg: TrainConfig, world_size: int, local_world_size: int | None) -> list[str]:
     problems = []
     for key in ("sharded_checkpointer", "load_path_sharded_checkpointer"):
         name = getattr(cfg, key)
@@ -160,7 +178,7 @@ def _check_fsdp(cfg: TrainConfig, world_size: int) -> list[str]:
     if cfg.sharded_checkpointer == ShardedCheckpointerType.olmo_core and not cfg.fsdp.use_orig_params:
         problems.append("sharded_checkpointer=olmo_core needs --fsdp.use_orig_params=true")
     if cfg.fsdp.sharding_strategy in HYBRID_STRATEGIES:
-        replicas = hybrid_replicas(cfg, world_size)
+        replicas = hybrid_replicas(cfg, world_size, local_world_size)
         if replicas <= 0 or world_size % replicas:
             problems.append(
                 f"fsdp.hybrid_sharding_num_model_replicas={replicas} must be positive and divide the "

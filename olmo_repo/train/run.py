@@ -38,6 +38,7 @@ from olmo.torch_util import (
 from olmo.util import (
     add_cached_path_clients,
     clean_opt,
+    is_url,
     log_extra_field,
     prepare_cli_environment,
 )
@@ -50,6 +51,7 @@ from ..metrics import METRICS_FILE, trim_metrics
 from ..registry import build_model
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
+from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .run_folder import (
@@ -59,6 +61,7 @@ from .run_folder import (
     latest_checkpoint,
     trim_data_indices,
 )
+from .stage1 import check_stage1_state_dict, meta_model
 from .trainer import STOP_REQUESTED, RepoTrainer
 
 log = logging.getLogger(__name__)
@@ -178,18 +181,26 @@ def _derive_settings(cfg: TrainConfig) -> None:
             cfg.save_num_unsharded_checkpoints_to_keep = cfg.save_num_checkpoints_to_keep
 
 
-def _resume_or_start(cfg: TrainConfig) -> bool:
-    """Point `cfg` at the latest checkpoint of this run, if there is one, or save its config.yaml for a new
-    run. Returns whether this is a rerun in the folder (a resume, or a new start after one that failed or was
-    killed before its first checkpoint: its config.yaml and data-order files are then replaced)."""
+def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
+    """Point `cfg` at the latest checkpoint of this run (returned), checked against the config, if there is
+    one; then check that the files the load will read are intact."""
     resume_from = latest_checkpoint(cfg)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
-        log.info("Resuming from %s (latest checkpoint of this run)", resume_from)
         cfg.load_path = resume_from
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
     check_load_path_files(cfg)
+    return resume_from
+
+
+def _resume_or_start(cfg: TrainConfig) -> bool:
+    """Point `cfg` at the latest checkpoint of this run, if there is one, or save its config.yaml for a new
+    run. Returns whether this is a rerun in the folder (a resume, or a new start after one that failed or was
+    killed before its first checkpoint: its config.yaml and data-order files are then replaced)."""
+    resume_from = _point_at_latest_checkpoint(cfg)
+    if resume_from is not None:
+        log.info("Resuming from %s (latest checkpoint of this run)", resume_from)
     rerun = resume_from is not None or decided_on_rank0(lambda: earlier_start_here(cfg))
     if get_global_rank() == 0 and not cfg.dry_run and resume_from is None:
         save_path = Path(cfg.save_folder) / "config.yaml"
@@ -337,6 +348,25 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
                 return True
             log.info("Training complete")
     return False
+
+
+def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_world_size: int) -> None:
+    """Everything a rank checks before its model is built, once, for a run of `world_size` ranks: the config,
+    the preflight, the run folder (a resume's checkpoint and config), and how a local unsharded `load_path`'s
+    model.pt fits the model (the stage-1 fit rule, from its keys and shapes: memory-mapped, nothing read).
+    What `scripts/train.py --nproc-per-node` runs before it starts the workers, so that a bad input is one line
+    instead of one per rank and torchrun's traceback. Starts no process group; may move a corrupt newest
+    checkpoint aside, as rank 0 would."""
+    patch_torch_for_olmo()
+    cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
+    preflight(cfg, cuda=torch.cuda.is_available(), world_size=world_size, local_world_size=local_world_size)
+    _point_at_latest_checkpoint(cfg)
+    earlier_start_here(cfg)
+    model_pt = Path(cfg.load_path or "", "model.pt")
+    if cfg.load_path is not None and not is_url(cfg.load_path) and model_pt.is_file():
+        state = torch.load(model_pt, map_location="cpu", mmap=True, weights_only=True)
+        state = make_state_dict_compatible(meta_model(cfg.model), state)
+        check_stage1_state_dict(state, cfg.model, f"load_path={cfg.load_path}")
 
 
 def train(config_path: str, overrides: Sequence[str]) -> None:

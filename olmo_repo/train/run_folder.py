@@ -39,7 +39,9 @@ T = TypeVar("T")
 
 def decided_on_rank0(decide: Callable[[], T]) -> T:
     """`decide()` on rank 0 (it reads the run folder), and its result, or the OLMoError it raised, on every
-    rank, so that all ranks go on or stop together."""
+    rank, so that all ranks go on or stop together (without a process group: `decide()`, as the launcher checks)."""
+    if not dist.is_initialized():
+        return decide()
     outcome: list[Any] = [None]
     if get_global_rank() == 0:
         try:

@@ -42,13 +42,14 @@ __all__ = [
     "check_stage1_state_dict",
     "clean_param_name",
     "continue_optimizer_state",
+    "meta_model",
     "repo_param_names",
 ]
 
 log = logging.getLogger(__name__)
 
 
-def _meta_model(config: ModelConfig) -> OLMo:
+def meta_model(config: ModelConfig) -> OLMo:
     """The model of `config` on the meta device: names and shapes, no memory."""
     return build_model(dataclasses.replace(config, init_device="meta"))
 
@@ -56,7 +57,7 @@ def _meta_model(config: ModelConfig) -> OLMo:
 def repo_param_names(config: ModelConfig) -> set[str]:
     """State-dict names of the RePo weights (gate_map/content_map/final_map of every RePo layer), by the fit
     rule's reading of a key (`olmo_repo.fit.f_phi_layer`)."""
-    return {k for k in _meta_model(config).state_dict() if f_phi_layer(k) is not None}
+    return {k for k in meta_model(config).state_dict() if f_phi_layer(k) is not None}
 
 
 def clean_param_name(name: str) -> str:
@@ -73,7 +74,7 @@ def check_stage1_state_dict(
     Returns the keys the checkpoint lacks: empty for a complete checkpoint, or exactly the RePo weights for a
     stage-1 checkpoint. Anything else raises `CheckpointFitError` naming the keys (or the layers).
     """
-    model = {k: tuple(v.shape) for k, v in _meta_model(config).state_dict().items()}
+    model = {k: tuple(v.shape) for k, v in meta_model(config).state_dict().items()}
     return fit_stage1(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
 
 
@@ -175,7 +176,7 @@ class RepoCheckpointer(FullCheckpointer):
         load_optimizer_state: bool = True,
     ) -> dict[str, Any]:
         state_dict = load_state_dict(load_path, "model.pt", local_cache=local_cache, map_location="cpu")
-        state_dict = make_state_dict_compatible(_meta_model(self.cfg.model), state_dict)
+        state_dict = make_state_dict_compatible(meta_model(self.cfg.model), state_dict)
         new_params = check_stage1_state_dict(state_dict, self.cfg.model, f"load_path={load_path}")
         if not new_params:
             del state_dict

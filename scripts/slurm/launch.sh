@@ -26,6 +26,12 @@ port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing
 echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST:" \
   "$config $*"
 
+# Check the run once, for the whole job, before any node starts (a bad input is one line here, not one per rank
+# and torchrun's traceback); a requeued job was checked at its first start, and its ranks check again.
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  .venv/bin/python scripts/train.py --check --nnodes="$SLURM_NNODES" --nproc-per-node="$nproc" "$config" "$@"
+fi
+
 # srun does not pass sbatch's --cpus-per-task on to the step (SLURM >= 22.05): say it again.
 srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
   bash -c 'trap "" USR1 && exec "$@"' torchrun .venv/bin/torchrun \

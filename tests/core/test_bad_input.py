@@ -87,6 +87,10 @@ def _one_line(capsys, prog: str, says: str) -> None:
         # A stage-1 checkpoint cut short: named before a process group starts (it was a traceback mid-load).
         (["--load_path={truncated}"], "__0_1.distcp is 100 bytes of"),
         (["--load_path={no_metadata}"], ".metadata cannot be read"),
+        # What every rank would refuse once its model is built, said once by the launcher (no worker starts).
+        (["--nproc-per-node=3"], "does not split into 3 data-parallel rank(s)"),
+        (["--check", "--nnodes=2", "--nproc-per-node=3"], "into 6 data-parallel rank(s)"),
+        (["--train_module.rank_microbatch_size=1000"], "is not a whole number of sequences"),
     ],
 )
 def test_core_train_refuses_before_anything_is_written(
@@ -105,6 +109,16 @@ def test_core_train_refuses_before_anything_is_written(
     assert core_train.main(argv + args) == 1
     _one_line(capsys, "core_train.py", says)
     assert not save.exists()
+
+
+def test_core_train_check_starts_nothing(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}"]
+    assert core_train.main(["--check", "--nnodes=2", "--nproc-per-node=2", *argv]) == 0
+    assert capsys.readouterr().out.endswith("core_train.py: the run can start on 2 node(s) x 2 process(es)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 
 def test_core_train_names_a_missing_config_file(tmp_path, capsys):

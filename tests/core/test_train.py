@@ -28,10 +28,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.procs]  # three two-process training
 STEPS = 8  # the kill lands while the run has steps to go, even on a loaded machine
 
 
-def _command(save_folder: Path | str, data: Path, stage1: Path | str, steps: int = STEPS) -> list[str]:
-    torchrun = Path(sys.executable).with_name("torchrun")
+def _command(
+    save_folder: Path | str, data: Path, stage1: Path | str, steps: int = STEPS, launcher: bool = False
+) -> list[str]:
+    """torchrun of two workers, or (`launcher`) the documented start, which checks first and then starts them."""
+    start = (
+        [sys.executable, str(ROOT / "scripts" / "core_train.py"), "--nproc-per-node=2"]
+        if launcher
+        else [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node=2", "--standalone",
+              str(ROOT / "scripts" / "core_train.py")]
+    )  # fmt: skip
     return [
-        str(torchrun), "--nproc-per-node=2", "--standalone", str(ROOT / "scripts" / "core_train.py"), str(TINY),
+        *start, str(TINY),
         f"--save-folder={save_folder}", f"--data-root={data}", f"--load_path={stage1}",
         f"--trainer.max_duration.value={steps}", "--trainer.callbacks.checkpointer.save_interval=2",
         "--trainer.callbacks.checkpointer.max_checkpoints=10",  # step 0 is compared with the stage-1 start
@@ -84,11 +92,13 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
         start[k].abs().max() == 0 for k in tensors if f_phi_layer(k) is not None and k.endswith("exp_avg")
     )
 
-    # Killed (SIGKILL, all processes) once the step-2 checkpoint is complete, then the same command again.
+    # Killed (SIGKILL, all processes) once the step-2 checkpoint is complete, then the same command again; both
+    # started as documented (`--nproc-per-node`: checked, then torchrun), the uninterrupted run by torchrun.
     killed = tmp_path / "killed"
     log = tmp_path / "killed.log"
+    command = _command(killed, data, stage1, launcher=True)
     with log.open("w") as out:
-        proc = subprocess.Popen(_command(killed, data, stage1), env=_env(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, env=_env(), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + 900
         while not (killed / "step2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
@@ -100,7 +110,7 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
         proc.wait()
     latest = max(int(p.name[4:]) for p in killed.glob("step*") if p.name[4:].isdigit())
     assert 2 <= latest < STEPS, log.read_text()[-3000:]  # killed mid-run, after a checkpoint
-    _run(_command(killed, data, stage1), log)
+    _run(command, log)
     assert (
         f"Loading checkpoint from '{killed / f'step{latest}'}'" in log.read_text()
     )  # resumed, not restarted
