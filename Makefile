@@ -29,14 +29,22 @@ system-deps:
 # pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
 PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/).
+# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
+# one worker each, one cores lock for both (tests/suite.py), so that neither leaves a core idle at its end.
+SIDE = -m pytest -q -n 1 --durations=15
 test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
 	$(BIN)/python $(PYTEST)
+	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-vllm suite-core; \
+	  status=$$?; rm -rf "$$cores"; exit $$status
+
+.PHONY: suite-vllm suite-core
+suite-vllm:
 	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
-	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
+suite-core:
+	$(CBIN)/python $(SIDE) --confcutdir tests/core tests/core
 
 # The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the
 # RePo core, the mode rule, configs, conversion round trips and bad input on every backend; no training run,

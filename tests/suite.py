@@ -14,7 +14,9 @@ one session loads several of the conftests (the main session loads tests/core's 
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
-- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end.
+- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end;
+- sessions that run at the same time (`make test` runs the vLLM and OLMo-core sessions side by side, one worker
+  each) share the cores lock through `OLMO_REPO_SUITE_CORES`, so that a `procs` test runs alone across them.
 
 Without xdist (a developer's `pytest tests/test_x.py`) nothing here changes how tests run.
 """
@@ -33,6 +35,9 @@ from pathlib import Path
 import pytest
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist; None otherwise
+CORES_DIR = (
+    "OLMO_REPO_SUITE_CORES"  # a folder for the cores lock shared by sessions that run at the same time
+)
 
 # Files started first, longest first (their share of a `make test` run: `--durations` of `make test`).
 FIRST = [
@@ -73,6 +78,12 @@ def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder every worker of this run sees: the parent of the workers' own base temporary folders."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if WORKER is not None else base
+
+
+def _cores_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the cores lock lives: `CORES_DIR` when set (sessions run side by side, as `make test` runs the vLLM
+    and OLMo-core ones, share one lock), else the session's shared folder."""
+    return Path(os.environ.get(CORES_DIR) or _shared_dir(tmp_path_factory))
 
 
 @contextmanager
@@ -130,7 +141,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Each test, its fixtures' set-up and tear-down included, under the cores lock (xdist only)."""
     if WORKER is None:
         return (yield)
-    shared = _shared_dir(item.config._tmp_path_factory)  # type: ignore[attr-defined]  (pytest's own)
+    shared = _cores_dir(item.config._tmp_path_factory)  # type: ignore[attr-defined]  (pytest's own)
     with _cores(shared, exclusive=item.get_closest_marker("procs") is not None):
         return (yield)
 

@@ -25,7 +25,7 @@ import pytest
 
 from .training import ROOT, cli, free_port, small, write_corpus
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two-rank jobs
+pytestmark = pytest.mark.slow
 
 CPU_JOB = ROOT / "scripts/slurm/train-cpu.sbatch"
 COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
@@ -231,6 +231,25 @@ def _resumed_from(start_log: str) -> int:
     return int(found[0])
 
 
+def test_a_jobs_bad_input_is_one_line_before_any_node_starts(tmp_path: Path) -> None:
+    """launch.sh checks the run for all its nodes first (`scripts/train.py --check`): a bad input fails the job
+    with one line (no rank starts, so no traceback) and writes nothing. Run as a job's step runs it, with the
+    job's variables; the check comes before anything asks SLURM (scontrol, srun)."""
+    data = write_corpus(tmp_path / "data")
+    job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2"}
+    args = cli(small(data, tmp_path / "run", global_train_batch_size=6))  # 6 over 2 nodes x 2 ranks
+    done = subprocess.run(
+        ["bash", "scripts/slurm/launch.sh", "2", "olmo_repo/demo/configs/tiny-stage2-repo.yaml", *args],
+        cwd=ROOT, env={**os.environ, **job}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "job 7, start 1, nodes node[1-2]" in done.stdout
+    assert done.stderr == (
+        "train.py: error: config cannot train here: global_train_batch_size=6 is not divisible by the 4 ranks\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.procs  # two-rank jobs
 def test_cpu_job_resubmit_requeue_and_sigusr1_continue_the_run_exactly(
     slurm: Cluster, tmp_path: Path
 ) -> None:
@@ -240,16 +259,6 @@ def test_cpu_job_resubmit_requeue_and_sigusr1_continue_the_run_exactly(
 
     def args(save_folder: Path, stop: int) -> list[str]:
         return cli(small(data, save_folder, stop_at=stop, **steps))
-
-    # A bad input fails the job once, before any node starts: one line in its log, no traceback, nothing written.
-    bad = slurm.submit(CPU_JOB, cli(small(data, tmp_path / "bad", global_train_batch_size=3)))
-    info = slurm.wait(bad)
-    log = slurm.log(bad)
-    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0"), log[-3000:]
-    assert [line for line in log.splitlines() if "error" in line.lower()] == [
-        "train.py: error: config cannot train here: global_train_batch_size=3 is not divisible by the 2 ranks"
-    ], log[-3000:]
-    assert "Traceback" not in log and not (tmp_path / "bad").exists()
 
     # An uninterrupted run: the losses every other run must reproduce.
     reference = slurm.submit(CPU_JOB, args(tmp_path / "reference", stop_at))

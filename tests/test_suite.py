@@ -96,7 +96,12 @@ def test_built_once_and_procs_alone_under_two_workers(tmp_path):
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text(_file(name))
     log = tmp_path / "log.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS")}
+    outer = (
+        "PYTEST_XDIST_WORKER",
+        "OMP_NUM_THREADS",
+        "OLMO_REPO_SUITE_CORES",
+    )  # this run's, not the inner one's
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
          "--no-loadscope-reorder", "--basetemp", str(tmp_path / "tmp"), str(tmp_path)],

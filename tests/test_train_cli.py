@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from olmo_repo.cli import train as train_cli
+
 from .s3_server import loopback_s3
 from .training import (
     STAGE1,
@@ -115,31 +117,33 @@ def test_sigusr1_stops_with_a_checkpoint_and_the_rerun_continues(tmp_path):
     assert sorted(losses(run)) == list(range(1, 41))  # continued from the checkpoint, each step once
 
 
-def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_path):
+def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_path, capsys):
+    """`scripts/train.py --nproc-per-node` / `--check` (its `main`, in this process: no worker may start)."""
     data = write_corpus(tmp_path / "data")
     run = tmp_path / "run"
 
-    def launch(*flags: str, **overrides: object) -> subprocess.CompletedProcess:
-        args = [str(STAGE2_REPO), *cli(small(data, run, **overrides))]
-        command = [sys.executable, str(TRAIN_SCRIPT), *flags, *args]
-        return subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    def launch(*flags: str, **overrides: object) -> tuple[int, str, str]:
+        status = train_cli.main([*flags, str(STAGE2_REPO), *cli(small(data, run, **overrides))])
+        out, err = capsys.readouterr()
+        return status, out, err
 
     # What each of two ranks would refuse: said once, in one line, before any worker starts; nothing written.
-    done = launch("--nproc-per-node=2", global_train_batch_size=3)
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == (
-        "train.py: error: config cannot train here: global_train_batch_size=3 is not divisible by the 2 ranks\n"
+    assert launch("--nproc-per-node=2", global_train_batch_size=3) == (
+        1,
+        "",
+        "train.py: error: config cannot train here: global_train_batch_size=3 is not divisible by the 2 ranks\n",
     )
     assert not run.exists()
     # --check, for a run of 2 nodes x 2 processes: 4 ranks, which a batch of 4 gives 1 each (micro-batch 2).
-    done = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=4)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
-    assert "the per-rank batch 1 (global_train_batch_size=4 over 4 rank(s))" in done.stderr
-    done = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=8)
-    assert (done.returncode, done.stdout) == (0, "train.py: the run can start on 2 node(s) x 2 process(es)\n")
+    status, _, err = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=4)
+    assert status == 1 and err.count("\n") == 1, err
+    assert "the per-rank batch 1 (global_train_batch_size=4 over 4 rank(s))" in err
+    status, out, _ = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=8)
+    assert (status, out) == (0, "train.py: the run can start on 2 node(s) x 2 process(es)\n")
     assert not run.exists()  # checked, nothing started
-    usage = launch("--nnodes=2", "--nproc-per-node=2")
-    assert usage.returncode == 2 and "--nnodes is for --check" in usage.stderr
+    with pytest.raises(SystemExit) as usage:
+        launch("--nnodes=2", "--nproc-per-node=2")
+    assert usage.value.code == 2 and "--nnodes is for --check" in capsys.readouterr().err
 
 
 def test_a_worker_that_fails_after_the_checks_is_one_line_from_the_launcher():

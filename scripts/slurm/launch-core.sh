@@ -25,8 +25,6 @@ shift 2
 [ -z "${DATA_ROOT:-}" ] || set -- "--data-root=$DATA_ROOT" "$@"
 [ -z "${SAVE_FOLDER:-}" ] || set -- "--save-folder=$SAVE_FOLDER" "$@"
 
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
 echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST:" \
   "$config $*"
 
@@ -35,6 +33,9 @@ echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1
 if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
   .venv-core/bin/python scripts/core_train.py --check --nnodes="$SLURM_NNODES" --nproc-per-node="$nproc" "$config" "$@"
 fi
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
 
 # srun does not pass sbatch's --cpus-per-task on to the step (SLURM >= 22.05): say it again.
 srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \

@@ -21,8 +21,6 @@ shift 2
 [ -z "${SAVE_FOLDER:-}" ] || set -- "--save_folder=$SAVE_FOLDER" "$@"
 [ -z "${DATA_PREFIX:-}" ] || set -- "--data_prefix=$DATA_PREFIX" "$@"
 
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
 echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST:" \
   "$config $*"
 
@@ -31,6 +29,9 @@ echo "$(date '+%F %T') job $SLURM_JOB_ID, start $((${SLURM_RESTART_COUNT:-0} + 1
 if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
   .venv/bin/python scripts/train.py --check --nnodes="$SLURM_NNODES" --nproc-per-node="$nproc" "$config" "$@"
 fi
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((15000 + SLURM_JOB_ID % 15000)) # below the ephemeral range; jobs sharing a node differ
 
 # srun does not pass sbatch's --cpus-per-task on to the step (SLURM >= 22.05): say it again.
 srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \

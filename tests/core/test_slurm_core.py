@@ -28,6 +28,26 @@ def test_launcher_outside_a_job_is_refused_in_one_line():
     assert "runs inside a SLURM job" in done.stderr or ".venv-core is missing" in done.stderr
 
 
+def test_a_jobs_bad_input_is_one_line_before_any_node_starts(tmp_path):
+    """launch-core.sh checks the run for all its nodes (`core_train.py --check`) before anything asks SLURM."""
+    job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NNODES": "3"}
+    (data := tmp_path / "data").mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    done = subprocess.run(
+        ["bash", "scripts/slurm/launch-core.sh", "1", "configs/olmocore/tiny-stage2-repo.py",
+         f"--save-folder={tmp_path / 'run'}", f"--data-root={data}"],
+        cwd=ROOT, env={**os.environ, **job}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "job 7, start 1, nodes node[1-3]" in done.stdout
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert errors == [
+        "core_train.py: error: data_loader.global_batch_size=4096 tokens does not split into 3 data-parallel "
+        "rank(s) of whole micro-batches (train_module.rank_microbatch_size=1024 tokens): pass a "
+        "--data_loader.global_batch_size that is a multiple of 3072"
+    ], done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
 def test_sbatch_scripts_run_the_olmo_core_configs():
     for name, config in (
         ("train-core-cpu.sbatch", "tiny-stage2-repo.py"),
