@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .modes import F_PHI_HIDDEN_RATIO, F_PHI_WEIGHTS, PositionMode
+from .modes import F_PHI_HIDDEN_RATIO, F_PHI_WEIGHTS, POSITIONS_METRIC, PositionMode
 
 __all__ = [
     "COMPILED_ROTATION",
@@ -62,6 +62,8 @@ __all__ = [
     "f_phi",
     "inv_frequencies",
     "observe_positions",
+    "position_stats",
+    "rank_kv_heads",
     "record_positions",
     "repo_layers",
     "rotate",
@@ -454,3 +456,31 @@ def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
     positions: dict[int, Tensor] = {}
     with observe_positions(model, positions.__setitem__):
         yield positions
+
+
+@contextmanager
+def position_stats(model: nn.Module) -> Iterator[dict[str, float]]:
+    """The training metrics of the positions (`modes.POSITIONS_METRIC`: min, max, std per RePo layer) of the first
+    forward of each RePo layer of `model` while the block runs: the first micro-batch of a step, later ones and
+    activation-checkpoint recomputations left out. A tensor-parallel layer's positions are gathered first. Both
+    trainers log these, one rule for what they mean."""
+    stats: dict[str, float] = {}
+
+    def record(layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
+        key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
+        if key("std") in stats:
+            return
+        z = (z.full_tensor() if hasattr(z, "full_tensor") else z).detach().float()  # DTensor under TP
+        stats.update({key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()})
+
+    with observe_positions(model, record):
+        yield stats
+
+
+def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
+    """The key/value heads (and so the positions) that tensor-parallel rank `tp_rank` of `tp_size` holds: the
+    heads split evenly over the ranks, or, with fewer heads than ranks, each head replicated over
+    tp_size / n_kv_heads consecutive ranks (vLLM's layout; OLMo-core's is the even split)."""
+    per_rank = max(1, n_kv_heads // tp_size)
+    first = (tp_rank // max(1, tp_size // n_kv_heads)) * per_rank
+    return range(first, first + per_rank)

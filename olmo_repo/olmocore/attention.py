@@ -43,7 +43,7 @@ from torch.distributed import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Shard, distribute_tensor
 
 from ..modes import F_PHI_WEIGHTS, PositionMode, check_position_modes, layer_modes
-from ..rope import RepoLayer
+from ..rope import RepoLayer, rank_kv_heads
 
 __all__ = ["RepoAttention", "RepoAttentionConfig", "attention_config", "with_position_modes"]
 
@@ -153,9 +153,9 @@ class RepoAttention(Attention, RepoLayer):
         if isinstance(
             positions, DTensor
         ):  # tensor parallel: f_phi's partial sums, reduced; this rank's heads
-            n_kv = k.shape[-2]
-            first = positions.device_mesh.get_local_rank() * n_kv
-            positions = positions.full_tensor()[..., first : first + n_kv, :]
+            mesh = positions.device_mesh
+            heads = rank_kv_heads(positions.shape[-2], mesh.size(), mesh.get_local_rank())
+            positions = positions.full_tensor()[..., heads.start : heads.stop, :]
         q, k = self.apply_positions(q, k, positions, tokens_first=True)
         return q, k, v
 

@@ -51,13 +51,10 @@ from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment, teardown_training_environment
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
-from torch import Tensor
-from torch.distributed.tensor import DTensor
 
 from ..errors import RepoError, not_a_key
 from ..metrics import append_metrics, trim_metrics
-from ..modes import POSITIONS_METRIC
-from ..rope import observe_positions
+from ..rope import position_stats
 from ..slurm import requeue
 from .attention import RepoAttentionConfig
 from .checkpoint import latest_intact_checkpoint
@@ -206,22 +203,12 @@ class MetricsFileCallback(Callback):
 
 @dataclass
 class PositionsCallback(Callback):
-    """`train/positions/layer{i}/{min,max,std}` (`olmo_repo.modes.POSITIONS_METRIC`): the spread of the positions
-    each RePo layer predicts, on the first micro-batch of each step (rank 0's), as the ai2-olmo side logs them."""
+    """`train/positions/layer{i}/{min,max,std}` (`olmo_repo.rope.position_stats`, the ai2-olmo side's too): the
+    spread of the positions each RePo layer predicts, on the first micro-batch of each step."""
 
     def pre_step(self, batch: dict[str, Any]) -> None:
-        self._stats: dict[str, float] = {}
-        self._observing = observe_positions(self.trainer.train_module.model, self._record)
-        self._observing.__enter__()
-
-    def _record(self, layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
-        key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
-        if key("std") in self._stats:  # later micro-batches, activation-checkpoint recomputes
-            return
-        z = (z.full_tensor() if isinstance(z, DTensor) else z).detach().float()
-        self._stats.update(
-            {key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()}
-        )
+        self._observing = position_stats(self.trainer.train_module.model)
+        self._stats = self._observing.__enter__()
 
     def pre_optim_step(self) -> None:
         self._observing.__exit__(None, None, None)

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import torch
 import wandb
 from olmo.aliases import PathOrStr
 from olmo.config import (
@@ -22,7 +21,7 @@ from olmo.train import Trainer
 
 from ..metrics import METRICS_FILE, append_metrics
 from ..modes import POSITIONS_METRIC
-from ..rope import observe_positions
+from ..rope import position_stats
 from ..upstream import wandb as wandb_upstream
 from .preflight import is_unsharded
 from .stage1 import RepoCheckpointer
@@ -119,16 +118,7 @@ class RepoTrainer(Trainer):
     def _train_step_with_positions(self, batch: dict[str, Any], reduce_global_loss: bool) -> dict[str, float]:
         if not reduce_global_loss:  # not a log step
             return super().train_step(batch, reduce_global_loss)
-        stats: dict[str, float] = {}
-
-        def record(layer: int, z: torch.Tensor) -> None:  # z [B, H_kv, T], as the forward computed it
-            key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
-            if key("std") in stats:  # later micro-batches and activation-checkpoint recomputes
-                return
-            z = z.detach()
-            stats.update({key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()})
-
-        with observe_positions(self.model, record):
+        with position_stats(self.model) as stats:
             metrics = super().train_step(batch, reduce_global_loss)
         metrics.update(stats)
         return metrics

@@ -41,7 +41,7 @@ from vllm.model_executor.models.utils import (
 from vllm.platforms import current_platform
 
 from ..modes import PositionMode, layer_modes
-from ..rope import RepoLayer
+from ..rope import RepoLayer, rank_kv_heads
 from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP, layer_config
 from .config import repo_config
 
@@ -50,16 +50,7 @@ __all__ = [
     "RepoOlmo2DecoderLayer",
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
-    "rank_kv_heads",
 ]
-
-
-def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
-    """The key/value heads that tensor-parallel rank `tp_rank` holds: vLLM splits them across ranks, or
-    replicates each over tp_size / n_kv_heads ranks when there are fewer heads than ranks."""
-    per_rank = max(1, n_kv_heads // tp_size)
-    first = (tp_rank // max(1, tp_size // n_kv_heads)) * per_rank
-    return range(first, first + per_rank)
 
 
 class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):

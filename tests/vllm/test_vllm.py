@@ -132,7 +132,7 @@ def test_tensor_parallel_shards_reproduce_tp1(tp, n_kv):
     """The sharded computation at TP sizes a 2-core machine cannot run: each rank loads its key/value heads'
     rows of final_map (`rank_kv_heads`, replicated when there are fewer heads than ranks), predicts their
     positions and rotates its query and key heads; stacked, that is TP=1 (to fp32 rounding)."""
-    from olmo_repo.vllm.model import rank_kv_heads
+    from olmo_repo.rope import rank_kv_heads
 
     gen = torch.Generator().manual_seed(0)
     T, d, H, hd = 7, 128, 4, 32
