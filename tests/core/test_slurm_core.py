@@ -1,5 +1,6 @@
-"""The OLMo-core SLURM scripts (scripts/slurm/*core*): valid bash, and the launcher outside a job says what to do.
-A job on a real SLURM is what tests/test_slurm.py runs for the ai2-olmo scripts; these share its layout."""
+"""The OLMo-core SLURM scripts (scripts/slurm/*core*, and launch.sh given an OLMo-core config): valid bash, and a bad
+input refused before the job's nodes start. A job on a real SLURM is what tests/test_slurm.py runs for the ai2-olmo
+scripts; these share its launch.sh."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from .training import ROOT
 
-SCRIPTS = sorted((ROOT / "scripts" / "slurm").glob("*core*"))
+SCRIPTS = [*sorted((ROOT / "scripts" / "slurm").glob("*core*")), ROOT / "scripts" / "slurm" / "launch.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -18,23 +19,13 @@ def test_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
 
 
-def test_launcher_outside_a_job_is_refused_in_one_line():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    done = subprocess.run(
-        ["bash", "scripts/slurm/launch-core.sh", "2", "configs/olmocore/tiny-stage2-repo.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "runs inside a SLURM job" in done.stderr or ".venv-core is missing" in done.stderr
-
-
 def test_a_jobs_bad_input_is_one_line_before_any_node_starts(tmp_path):
-    """launch-core.sh checks the run for all its nodes (`core_train.py --check`) before anything asks SLURM."""
+    """launch.sh, given an OLMo-core config, checks the run for all its nodes (`core_train.py --check`) before anything asks SLURM."""
     job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_NNODES": "3"}
     (data := tmp_path / "data").mkdir()
     (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
     done = subprocess.run(
-        ["bash", "scripts/slurm/launch-core.sh", "1", "configs/olmocore/tiny-stage2-repo.py",
+        ["bash", "scripts/slurm/launch.sh", "1", "configs/olmocore/tiny-stage2-repo.py",
          f"--save-folder={tmp_path / 'run'}", f"--data-root={data}"],
         cwd=ROOT, env={**os.environ, **job}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -54,5 +45,5 @@ def test_sbatch_scripts_run_the_olmo_core_configs():
         ("train-core-7B.sbatch", "OLMo-3-1025"),
     ):
         text = (ROOT / "scripts" / "slurm" / name).read_text()
-        assert "--signal=USR1@" in text and "--requeue" in text and "launch-core.sh" in text
+        assert "--signal=USR1@" in text and "--requeue" in text and "launch.sh" in text
         assert f"configs/olmocore/{config}" in text
