@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from olmo_repo.eval import ruler, suite
 from olmo_repo.output import check_replaceable, remove_partials, staged_dir, write_file
 
 from .conftest import make_checkpoint
-from .training import STAGE1, small
+from .training import STAGE1, small, truncate
 
 pytestmark = pytest.mark.slow  # subprocesses, lm-eval prompt building, loopback servers
 
@@ -328,3 +329,33 @@ def test_an_olmo_core_checkpoint_given_to_a_command_of_this_trainer_says_how_to_
     ), lines
     assert "scripts/core_convert_to_hf.py" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompt.txt", "run"]
+
+
+def test_both_trainers_converters_from_hf_answer_a_bad_input_alike(tmp_path, capsys):
+    """convert_from_hf.py (ai2-olmo) and core_convert_from_hf.py (OLMo-core) are one command shape
+    (`cli.from_hf_command`): the same refusal for the same input, before either trainer is imported."""
+    from olmo_repo.cli import convert_from_hf, core_convert_from_hf
+    from olmo_repo.demo import BASE_DIR
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(BASE_DIR, damaged)
+    truncate(damaged / "model.safetensors")
+    (mine := tmp_path / "mine").mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    cases = [
+        ([tmp_path / "nowhere", tmp_path / "out"], "not a model directory: it does not exist"),
+        ([damaged, tmp_path / "out"], "model.safetensors"),
+        ([BASE_DIR, mine], str(mine)),
+    ]
+    for (input, output), says in cases:
+        said = []
+        for command, prog in (
+            (convert_from_hf, "convert_from_hf.py"),
+            (core_convert_from_hf, "core_convert_from_hf.py"),
+        ):
+            assert command.main(["--input", str(input), "--output", str(output)]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith(f"{prog}: error: ") and err.count("\n") == 1 and says in err, err
+            said.append(err.removeprefix(f"{prog}: error: "))
+        assert said[0] == said[1]
+    assert not (tmp_path / "out").exists() and [p.name for p in mine.iterdir()] == ["notes.txt"]

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import RepoError
+from ..integrity import require_model_dir
 from ..output import check_distinct, check_replaceable
 
-__all__ = ["check_input", "fail", "positive_int", "run", "user_errors"]
+__all__ = ["check_input", "fail", "from_hf_command", "positive_int", "run", "user_errors"]
 
 Errors = tuple[type[BaseException], ...]
 
@@ -87,3 +88,27 @@ def run(prog: str, body: Callable[[], int | None], errors: Callable[[], Errors] 
         if isinstance(e, errors()):
             return fail(prog, e)
         raise
+
+
+def from_hf_command(
+    prog: str,
+    description: str,
+    output: str,
+    convert: Callable[[str, str, bool], object],
+    argv: list[str] | None,
+) -> int:
+    """A converter from a Hugging Face directory to a trainer's checkpoint (`convert_from_hf.py`,
+    `core_convert_from_hf.py`): the same flags, and the same checks of --input (there, a model directory, its
+    weights intact) and --output before `convert(input, output, force)` (which imports the trainer) runs."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--input", required=True, help="local HF directory (config.json and safetensors)")
+    parser.add_argument("--output", required=True, help=f"{output} to write (must not exist unless --force)")
+    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
+    args = parser.parse_args(argv)
+
+    def body() -> None:
+        require_model_dir(args.input)  # missing, the wrong kind or damaged: said before torch loads
+        check_input(args.input, args.output, args.force)
+        print(f"wrote {convert(args.input, args.output, args.force)}")
+
+    return run(prog, body)
