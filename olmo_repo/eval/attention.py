@@ -30,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
 from transformers.models.olmo3.modeling_olmo3 import Olmo3Attention
 
-from ..hf import repo_layer_ids
+from ..modes import repo_layer_ids
 from ..tables import markdown_table
 from ..upstream.transformers import attn_implementation
 

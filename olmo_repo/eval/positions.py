@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..hf import repo_layer_ids
+from ..modes import repo_layer_ids
 from ..tables import markdown_table
 
 __all__ = [

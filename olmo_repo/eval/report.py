@@ -28,8 +28,9 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from .. import flops, output
-from ..hf import read_hf_config, repo_layer_ids
+from ..hf import read_hf_config
 from ..hf.mapping import olmo_config_from_hf
+from ..modes import repo_layer_ids
 from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section

@@ -10,8 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..eval.positions import position_patterns, position_spans
-from ..hf import layer_modes, read_hf_config, repo_layer_ids
+from ..hf import read_hf_config
 from ..hf.convert import as_hf_dir
+from ..modes import layer_modes, repo_layer_ids
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]
 

@@ -17,7 +17,6 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Olmo2Confi
 from transformers.models.olmo2.modeling_olmo2 import Olmo2ForCausalLM, Olmo2Model
 
 from ..dtypes import DTYPE_NAMES
-from ..modes import layer_modes, repo_layer_ids
 from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
 from .configuration_repo_olmo2 import RepoOlmo2Config
@@ -71,8 +70,6 @@ __all__ = [
     "RepoOlmo3Config",
     "RepoOlmo3ForCausalLM",
     "RepoOlmo3Model",
-    "layer_modes",
     "read_hf_config",
     "record_positions",
-    "repo_layer_ids",
 ]
