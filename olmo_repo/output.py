@@ -57,6 +57,10 @@ OUTPUT_NAMES = (
     "modeling_repo_olmo2.py",
     "configuration_repo_olmo3.py",
     "modeling_repo_olmo3.py",
+    "configuration_repo_llama.py",
+    "modeling_repo_llama.py",
+    "configuration_repo_qwen3.py",
+    "modeling_repo_qwen3.py",
     "rope.py",
     "modes.py",
     # an unsharded OLMo checkpoint (convert_from_hf, unshard)

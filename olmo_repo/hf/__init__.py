@@ -1,7 +1,8 @@
 """Hugging Face side of RePo (transformers and torch only, no ai2-olmo).
 
-Importing this module registers `repo_olmo2` and `repo_olmo3` (OLMo 3's sliding windows) with transformers' Auto
-classes, so `AutoModelForCausalLM.from_pretrained(dir)` loads a converted RePo checkpoint without remote code.
+Importing this module registers `repo_olmo2`, `repo_olmo3` (OLMo 3's sliding windows), `repo_llama` and
+`repo_qwen3` (transformers' Llama and Qwen 3 with the same RePo attention) with transformers' Auto classes, so
+`AutoModelForCausalLM.from_pretrained(dir)` loads a RePo checkpoint without remote code.
 
 It also routes the reference implementation's format (`model_type: olmo2` with a nested `pe_config`): stock
 transformers would build a stock Olmo2 from it and drop the RePo weights. After this import,
@@ -19,9 +20,12 @@ from transformers.models.olmo2.modeling_olmo2 import Olmo2ForCausalLM, Olmo2Mode
 from ..dtypes import DTYPE_NAMES
 from ..rope import record_positions
 from ..upstream.transformers import olmo2_or_reference
+from .configuration_repo_llama import RepoLlamaConfig
 from .configuration_repo_olmo2 import RepoOlmo2Config
 from .configuration_repo_olmo3 import RepoOlmo3Config
+from .configuration_repo_qwen3 import RepoQwen3Config
 from .formats import hub_kwargs, read_hf_config, read_reference, reference_config, weight_shapes
+from .modeling_repo_llama import RepoLlamaForCausalLM, RepoLlamaModel
 from .modeling_repo_olmo2 import (
     RepoOlmo2CausalLMOutputWithPast,
     RepoOlmo2ForCausalLM,
@@ -29,6 +33,7 @@ from .modeling_repo_olmo2 import (
     RepoOlmo2ModelOutputWithPast,
 )
 from .modeling_repo_olmo3 import RepoOlmo3ForCausalLM, RepoOlmo3Model
+from .modeling_repo_qwen3 import RepoQwen3ForCausalLM, RepoQwen3Model
 
 
 def _reference_config(config: Olmo2Config, shapes: Any, source: str) -> RepoOlmo2Config:
@@ -44,6 +49,8 @@ RepoOlmo2Config.reference_reader = read_reference
 for _config, _model, _causal_lm in (
     (RepoOlmo2Config, RepoOlmo2Model, RepoOlmo2ForCausalLM),
     (RepoOlmo3Config, RepoOlmo3Model, RepoOlmo3ForCausalLM),
+    (RepoLlamaConfig, RepoLlamaModel, RepoLlamaForCausalLM),
+    (RepoQwen3Config, RepoQwen3Model, RepoQwen3ForCausalLM),
 ):
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModel.register(_config, _model, exist_ok=True)
@@ -62,6 +69,9 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 __all__ = [
     "DTYPES",
+    "RepoLlamaConfig",
+    "RepoLlamaForCausalLM",
+    "RepoLlamaModel",
     "RepoOlmo2CausalLMOutputWithPast",
     "RepoOlmo2Config",
     "RepoOlmo2ForCausalLM",
@@ -70,6 +80,9 @@ __all__ = [
     "RepoOlmo3Config",
     "RepoOlmo3ForCausalLM",
     "RepoOlmo3Model",
+    "RepoQwen3Config",
+    "RepoQwen3ForCausalLM",
+    "RepoQwen3Model",
     "read_hf_config",
     "record_positions",
 ]

@@ -28,8 +28,10 @@ from .modes import PositionMode, check_position_modes
 __all__ = ["ROPE_TYPES", "RepoOlmo2Config", "check_repo_keys"]
 
 # RoPE variants whose inverse frequencies do not depend on the sequence length, so that RePo's real
-# positions can be rotated with them: stock, linear interpolation and YaRN.
-ROPE_TYPES = ("default", "linear", "yarn")
+# positions can be rotated with them: stock, linear interpolation, YaRN and Llama 3's (transformers 5.24's
+# `_compute_llama3_parameters` ignores `seq_len`, and `dynamic_rope_update` recomputes only `dynamic` and
+# `longrope` frequencies from the largest position id, which RePo positions are not: those stay refused).
+ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 
 
 @strict
@@ -76,9 +78,9 @@ class RepoOlmo2Config(Olmo2Config):
 
 
 def check_repo_keys(config: Any, ropes: dict[str, dict[str, Any]]) -> None:
-    """The position-mode keys of an HF config (`RepoOlmo2Config`, `RepoOlmo3Config`) and the RoPEs that RePo
-    layers would rotate with (`ropes`: key -> rope parameters, one per RoPE of the model): one `ValueError`
-    naming the key."""
+    """The position-mode keys of an HF config (`RepoOlmo2Config`, `RepoOlmo3Config`, `RepoLlamaConfig`,
+    `RepoQwen3Config`) and the RoPEs that RePo layers would rotate with (`ropes`: key -> rope parameters, one
+    per RoPE of the model): one `ValueError` naming the key."""
     check_position_modes(
         config.pe_mode,
         config.pe_start_layer,

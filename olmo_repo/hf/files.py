@@ -25,10 +25,14 @@ from transformers import (
 )
 
 from ..integrity import require_intact
+from .configuration_repo_llama import RepoLlamaConfig
 from .configuration_repo_olmo2 import RepoOlmo2Config
 from .configuration_repo_olmo3 import RepoOlmo3Config
+from .configuration_repo_qwen3 import RepoQwen3Config
+from .modeling_repo_llama import RepoLlamaForCausalLM
 from .modeling_repo_olmo2 import RepoOlmo2ForCausalLM
 from .modeling_repo_olmo3 import RepoOlmo3ForCausalLM
+from .modeling_repo_qwen3 import RepoQwen3ForCausalLM
 
 __all__ = [
     "AUTO_MAP",
@@ -45,6 +49,8 @@ MODEL_CLASSES = {
     RepoOlmo2Config: RepoOlmo2ForCausalLM,
     Olmo3Config: Olmo3ForCausalLM,
     RepoOlmo3Config: RepoOlmo3ForCausalLM,
+    RepoLlamaConfig: RepoLlamaForCausalLM,
+    RepoQwen3Config: RepoQwen3ForCausalLM,
 }
 """The causal LM of each config class a converter writes (stock where every layer is RoPE)."""
 
@@ -57,14 +63,21 @@ _OLMO2_CODE = {
 }
 REMOTE_CODE = {
     RepoOlmo2Config.model_type: _OLMO2_CODE,
-    RepoOlmo3Config.model_type: {
-        **_OLMO2_CODE,  # which the OLMo 3 model builds on
-        "configuration_repo_olmo3.py": HF_DIR / "configuration_repo_olmo3.py",
-        "modeling_repo_olmo3.py": HF_DIR / "modeling_repo_olmo3.py",
+    **{
+        model_type: {
+            **_OLMO2_CODE,  # the mixins, and the RoPE check of the configuration, which each model builds on
+            f"configuration_{model_type}.py": HF_DIR / f"configuration_{model_type}.py",
+            f"modeling_{model_type}.py": HF_DIR / f"modeling_{model_type}.py",
+        }
+        for model_type in (
+            RepoOlmo3Config.model_type,
+            RepoLlamaConfig.model_type,
+            RepoQwen3Config.model_type,
+        )
     },
 }
 """Remote code of a converted RePo checkpoint, by model type: its modeling files, `olmo_repo/rope.py` and
-`olmo_repo/modes.py`."""
+`olmo_repo/modes.py` (and `modeling_repo_olmo2.py`, `configuration_repo_olmo2.py` for every other family)."""
 AUTO_MAP = {
     model_type: {
         "AutoConfig": f"configuration_{model_type}.{name}Config",
@@ -74,6 +87,8 @@ AUTO_MAP = {
     for model_type, name in (
         (RepoOlmo2Config.model_type, "RepoOlmo2"),
         (RepoOlmo3Config.model_type, "RepoOlmo3"),
+        (RepoLlamaConfig.model_type, "RepoLlama"),
+        (RepoQwen3Config.model_type, "RepoQwen3"),
     )
 }
 """The `auto_map` of a converted RePo checkpoint's config.json, by model type."""

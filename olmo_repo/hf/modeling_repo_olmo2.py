@@ -5,18 +5,20 @@ Deltas from `transformers.models.olmo2` (everything else is inherited unchanged)
 - `RepoOlmo2Attention` (layers whose mode is `nope` or `repo`; `rope` layers keep the stock
   `Olmo2Attention`): `Olmo2Attention` with `RepoAttentionMixin`, a `RepoLayer` (`rope.py`) with the forward
   that rotates by its positions (shared with OLMo 3's attention in `modeling_repo_olmo3.py`). In `repo`
-  layers f_phi predicts the positions from the decoder layer's input x [B, T, d] (OLMo-2 is post-norm: the residual stream, which q/k/v also see), and
-  q, k are rotated by them after the q/k norms; `nope` layers do not rotate. Either way keys enter the KV
-  cache already rotated (by their own positions), so cached decoding equals a full forward. The rotation
-  uses the inverse frequencies and attention factor of the config's RoPE (default, linear or YaRN), from an
-  `Olmo2RotaryEmbedding` of the layer's own, exactly as the stock RoPE layers do.
+  layers f_phi predicts the positions from the attention's input x [B, T, d], which q, k and v also read
+  (OLMo 2 norms after each sublayer, so this is the residual stream), and q, k are rotated by them after the
+  q/k norms; `nope` layers do not rotate. Either way keys enter the KV cache already rotated (by their own
+  positions), so cached decoding equals a full forward. The rotation uses the inverse frequencies and
+  attention factor of the config's RoPE (default, linear, YaRN or Llama 3's), from an `Olmo2RotaryEmbedding`
+  of the layer's own, exactly as the stock RoPE layers do.
 - `RepoOlmo2Model`: `Olmo2Model` with those attentions swapped in (`RepoDecoderMixin`); `output_positions=True`
   adds the positions of every RePo layer to the output (`positions`: {layer id: [B, H_kv, T] fp32}).
 - `RepoOlmo2ForCausalLM`: `Olmo2ForCausalLM` over a `RepoOlmo2Model` (`RepoCausalLMMixin`), with the same
   `output_positions`.
 
-The three mixins hold all of it; OLMo 3's classes (`modeling_repo_olmo3.py`) are the same mixins over
-transformers' Olmo3.
+The three mixins hold all of it; OLMo 3's, Llama's and Qwen 3's classes (`modeling_repo_olmo3.py`,
+`modeling_repo_llama.py`, `modeling_repo_qwen3.py`) are the same mixins over transformers' Olmo3, Llama and
+Qwen3, each stating only how its attention projects q, k and v (`RepoAttentionMixin.project_qkv`).
 
 This file, `configuration_repo_olmo2.py`, `rope.py` and `modes.py` are copied into converted checkpoints as
 remote code, so it imports only torch, transformers and its neighbours (relative imports). Inside the
@@ -57,20 +59,28 @@ __all__ = [
     "RepoOlmo2Model",
     "RepoOlmo2ModelOutputWithPast",
     "forward_with_positions",
+    "heads",
 ]
+
+
+def heads(x: Tensor, head_dim: int) -> Tensor:
+    """[..., T, H * head_dim] -> [..., T, H, head_dim] (a view)."""
+    return x.view(*x.shape[:-1], -1, head_dim)
 
 
 class RepoAttentionMixin(RepoLayer):
     """The attention of a `nope` or `repo` layer: q, k rotated by predicted positions, or not at all. Mixed into
-    transformers' attention class of the model (`Olmo2Attention`; `Olmo3Attention`, which adds a sliding
-    window), whose projections, norms and attention call it keeps."""
+    transformers' attention class of the model (`Olmo2Attention`; `Olmo3Attention` and `Qwen3Attention`, which
+    add a sliding window; `LlamaAttention`), whose projections, norms and attention call it keeps: a family
+    states only how it projects q, k and v (`project_qkv`)."""
 
     rotary_class: type[nn.Module] = Olmo2RotaryEmbedding
     """The model's RoPE module, whose frequencies a `repo` layer rotates its positions with."""
     sliding_window: int | None = None
-    """The layer's attention window (Olmo3's sliding-window layers set it), passed to the attention function."""
+    """The layer's attention window (the sliding-window layers of Olmo3 and Qwen3 set it), passed to the attention
+    function."""
 
-    def __init__(self, config: RepoOlmo2Config, layer_idx: int):
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
         super().__init__(config, layer_idx)
         mode = layer_modes(config)[layer_idx]
         assert mode != PositionMode.rope, "rope layers keep the stock attention"
@@ -86,8 +96,19 @@ class RepoAttentionMixin(RepoLayer):
             self.rotary_emb = self.rotary_class(config)
 
     def rope_frequencies(self, device: Any) -> tuple[Tensor, float]:
-        """The config's RoPE (default, linear or YaRN): its inverse frequencies and attention factor."""
+        """The config's RoPE (default, linear, YaRN or Llama 3's): its inverse frequencies and attention factor."""
         return self.rotary_emb.inv_freq, self.rotary_emb.attention_scaling
+
+    def project_qkv(self, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, H, T, hd], k and v [B, H_kv, T, hd] from the attention's input, as the family's stock forward
+        computes them before its rotation. This is OLMo 2/3's: the q/k RMSNorms span all heads, so they come
+        before the split into heads. Llama (no q/k norm) and Qwen 3 (a norm per head, after the split)
+        override it; nothing else of the forward differs between the families."""
+        q = self.q_norm(self.q_proj(hidden_states))
+        k = self.k_norm(self.k_proj(hidden_states))
+        v = self.v_proj(hidden_states)
+        q, k, v = (heads(x, self.head_dim).transpose(1, 2) for x in (q, k, v))
+        return q, k, v
 
     def forward(
         self,
@@ -97,18 +118,20 @@ class RepoAttentionMixin(RepoLayer):
         cache: Cache | None = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor | None]:
-        """`Olmo3Attention.forward` (`Olmo2Attention.forward` with a sliding window) with the rotation by
-        `position_embeddings` (integer positions) replaced.
+        """The stock attention forward with the rotation by `position_embeddings` (integer positions) replaced.
 
-        Restated from transformers 5.24.0 (canary: `olmo_repo.upstream.transformers.CANARIES`), as is the
-        read of the private `config._attn_implementation` below.
+        Restated from transformers 5.24.0's `Olmo2Attention.forward`, `Olmo3Attention.forward`,
+        `LlamaAttention.forward` and `Qwen3Attention.forward`, which differ only in how q, k and v are projected
+        (`project_qkv`) and in the sliding window (`sliding_window`: None where the stock forward passes none),
+        and whose eager fallbacks (`eager_attention_forward`) are the same function (canaries:
+        `olmo_repo.upstream.transformers.CANARIES`), as is the read of the private `config._attn_implementation`
+        below.
         """
         input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_norm(self.q_proj(hidden_states)).view(hidden_shape).transpose(1, 2)  # [B, H(_kv), T, hd]
-        k = self.k_norm(self.k_proj(hidden_states)).view(hidden_shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        q, k, v = self.project_qkv(hidden_states)  # [B, H(_kv), T, hd]
 
+        # f_phi reads what q, k and v read: the attention's input (OLMo 2/3: the residual stream; Llama, Qwen 3:
+        # the normed hidden state).
         q, k = self.reposition(hidden_states, q, k)  # by the positions [B, H_kv, T] of f_phi (repo), or none
 
         cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # transformers < 5.24
@@ -164,9 +187,10 @@ class RepoOlmo2CausalLMOutputWithPast(CausalLMOutputWithPast):
 
 
 class RepoDecoderMixin:
-    """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`): its `nope`/`repo` layers
-    get `attention_class` in place of the stock attention its decoder layers built, and `output_positions=True`
-    returns `RepoOlmo2ModelOutputWithPast` (the stock output plus `positions`)."""
+    """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`, `LlamaModel`,
+    `Qwen3Model`): its `nope`/`repo` layers get `attention_class` in place of the stock attention its decoder
+    layers built, and `output_positions=True` returns `RepoOlmo2ModelOutputWithPast` (the stock output plus
+    `positions`)."""
 
     attention_class: type[nn.Module]
 
@@ -185,15 +209,16 @@ class RepoDecoderMixin:
 
 
 class RepoCausalLMMixin:
-    """The causal LM of a RePo model, mixed into transformers' (`Olmo2ForCausalLM`, `Olmo3ForCausalLM`): built over
-    `decoder_class` directly, and `output_positions=True` returns `RepoOlmo2CausalLMOutputWithPast`."""
+    """The causal LM of a RePo model, mixed into transformers' (`Olmo2ForCausalLM`, `Olmo3ForCausalLM`,
+    `LlamaForCausalLM`, `Qwen3ForCausalLM`): built over `decoder_class` directly, and `output_positions=True`
+    returns `RepoOlmo2CausalLMOutputWithPast`."""
 
     decoder_class: type[nn.Module]
 
     def __init__(self, config: PretrainedConfig):
         # The stock __init__ would build a stock decoder first; build the RePo one directly. Restated from
-        # transformers 5.24.0's Olmo2ForCausalLM.__init__ and Olmo3ForCausalLM.__init__, which are the same
-        # (canaries: olmo_repo.upstream.transformers.CANARIES).
+        # transformers 5.24.0's Olmo2ForCausalLM.__init__, Olmo3ForCausalLM.__init__, LlamaForCausalLM.__init__
+        # and Qwen3ForCausalLM.__init__, which are the same (canaries: olmo_repo.upstream.transformers.CANARIES).
         PreTrainedModel.__init__(self, config)
         self.model = self.decoder_class(config)
         self.vocab_size = config.vocab_size
