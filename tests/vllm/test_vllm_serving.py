@@ -49,7 +49,7 @@ def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypa
     from olmo_repo.cli import eval as cli
     from olmo_repo.eval import suite
 
-    tasks = ["repo_niah_single_1", "repo_niah_single_2", "repo_niah_single_3", "repo_niah_multikey_2"]
+    tasks = ["repo_niah_single_3", "repo_niah_multikey_2"]  # an essay haystack; a haystack of needles
     monkeypatch.setattr(suite, "plan", lambda lengths: [(lengths[0], tasks)])
     evaluate, generated = lm_eval.simple_evaluate, {}
 
@@ -66,7 +66,7 @@ def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypa
     tiny.save(tmp_path / "m", pe_mode="repo", pe_start_layer=1, max_position_embeddings=256)
     results = {}
     for backend in ("hf", "vllm"):
-        args = [str(tmp_path / "m"), "--suite", "paper", "--lengths", "640", "--samples", "2", "--dtype",
+        args = [str(tmp_path / "m"), "--suite", "paper", "--lengths", "640", "--samples", "1", "--dtype",
                 "float32", "--batch-size", "1", "--backend", backend, "--out", str(tmp_path / backend)]  # fmt: skip
         assert cli.main(args) == 0
         results[backend] = json.loads((tmp_path / backend / "results.json").read_text())
@@ -77,7 +77,7 @@ def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypa
     assert list(hf["scores"]) == tasks
     assert vllm["scores"] == hf["scores"]
     for task in tasks:
-        assert len(generated["hf", task]) == 2 and any(generated["hf", task])
+        assert len(generated["hf", task]) == 1 and any(generated["hf", task])
         assert generated["vllm", task] == generated["hf", task], task
 
 
