@@ -56,8 +56,9 @@ from ..errors import RepoError, not_a_key
 from ..metrics import append_metrics, trim_metrics
 from ..rope import position_stats
 from ..slurm import requeue
+from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig
-from .checkpoint import latest_intact_checkpoint
+from .checkpoint import latest_intact_checkpoint, read_config
 from .stage1 import check_stage1, load_stage1
 
 __all__ = [
@@ -165,10 +166,40 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
             )
     if config.load_path and not is_url(config.load_path):
         check_stage1(config.load_path, model)
+    _check_tokenizer(config)
     if (
         not is_url(save) and folder.is_dir()
     ):  # last: the checkpoint a resume loads, a corrupt newer moved aside
         latest_intact_checkpoint(folder, move_aside=os.environ.get("RANK", "0") == "0")
+
+
+def _check_tokenizer(config: ExperimentConfig) -> None:
+    """The data is the model's tokenizer's (`olmo_repo.vocab`): the model embeds every id of the data's
+    tokenizer, and a local `load_path` (the checkpoint continued, which records the tokenizer it was made with:
+    `scripts/core_convert_from_hf.py` records the HF model's) agrees on the vocabulary size, the end and padding
+    ids and, where both tokenizers are local files, every token's id. `RepoError` naming the keys."""
+    data = config.dataset.tokenizer
+    if data.vocab_size > config.model.vocab_size:
+        raise RepoError(
+            f"dataset.tokenizer.vocab_size={data.vocab_size} does not fit model.vocab_size="
+            f"{config.model.vocab_size}: the model embeds no token past its vocabulary; use the model's tokenizer"
+        )
+    if not config.load_path or is_url(config.load_path):
+        return
+    recorded = (read_config(config.load_path).get("dataset") or {}).get("tokenizer") or {}
+    fix = f"tokenize the data with the model's tokenizer ({recorded.get('identifier', 'its tokenizer.json')})"
+    for key in ("vocab_size", "eos_token_id", "pad_token_id"):
+        if recorded.get(key) is not None and recorded[key] != getattr(data, key):
+            raise RepoError(
+                f"dataset.tokenizer.{key}={getattr(data, key)}, but load_path={config.load_path} was made with "
+                f"{key}={recorded[key]}: {fix}"
+            )
+    ours, theirs = Path(data.identifier), Path(recorded.get("identifier") or "")
+    if ours.is_file() and theirs.is_file() and (difference := vocabulary_difference(ours, theirs)):
+        raise RepoError(
+            f"dataset.tokenizer.identifier={ours} is not the tokenizer of load_path={config.load_path} "
+            f"({theirs}: {difference}): {fix}"
+        )
 
 
 @dataclass

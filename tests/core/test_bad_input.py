@@ -111,6 +111,58 @@ def test_core_train_refuses_before_anything_is_written(
     assert not save.exists()
 
 
+def _other_tokenizer(out: Path) -> Path:
+    """The base model's tokenizer.json with the ids of two tokens swapped: another vocabulary of the same size."""
+    import json
+
+    data = json.loads((BASE_DIR / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    "tokenizer, args, says",
+    [
+        (
+            "base",
+            ["--dataset.tokenizer.vocab_size=5000"],
+            "vocab_size=5000 does not fit model.vocab_size=4096",
+        ),
+        ("base", ["--dataset.tokenizer.eos_token_id=2"], "dataset.tokenizer.eos_token_id=2, but load_path="),
+        ("other", [], "is not the tokenizer of load_path="),
+    ],
+)
+def test_core_train_refuses_data_made_with_another_tokenizer(
+    tmp_path, capsys, model_checkpoint, tokenizer, args, says
+):
+    """Token ids of another vocabulary train without an error: the data's tokenizer is checked against the one
+    the continued checkpoint records (`olmo_repo.vocab`) before anything starts, in one line."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    shutil.copyfile(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
+    load = tmp_path / "stage1"
+    shutil.copytree(model_checkpoint, load)
+    config = json.loads((load / "config.json").read_text())
+    config["dataset"]["tokenizer"].update(vocab_size=4096, eos_token_id=0, pad_token_id=1)
+    (load / "config.json").write_text(json.dumps(config))
+    save = tmp_path / "run"
+    argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}", f"--load_path={load}"]
+    assert core_train.main(["--check", *argv]) == 0  # the model's own tokenizer passes
+    capsys.readouterr()
+    if tokenizer == "other":
+        _other_tokenizer(data / "tokenizer.json")
+    assert core_train.main(argv + args) == 1
+    _one_line(capsys, "core_train.py", says)
+    assert not save.exists()
+
+
 def test_core_train_check_starts_nothing(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
