@@ -1,4 +1,4 @@
-"""The in-loop NIAH evaluator (`olmo_repo.eval.inloop`): its metrics on a model that knows (or misses) the answer,
+"""The in-loop NIAH evaluator (`olmo_repo.train.inloop`): its metrics on a model that knows (or misses) the answer,
 the one-line refusals of bad entries, sharded = single process under DDP and FSDP (real trainers in gloo
 process groups), and a loss trajectory that is bit-identical with and without it.
 
@@ -24,8 +24,8 @@ from olmo.exceptions import OLMoConfigurationError
 from olmo.tokenizer import Tokenizer
 
 from olmo_repo import RepoTrainConfig
-from olmo_repo.eval.inloop import NiahEvaluator, build_niah_evaluator, install
 from olmo_repo.eval.inloop_rows import RankBatches, Row
+from olmo_repo.train.inloop import NiahEvaluator, build_niah_evaluator, install
 from tests.training import (
     ROOT,
     STAGE1,

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
 
     def train() -> None:
-        from ..eval.inloop import install
+        from ..train.inloop import install
         from ..train.run import train
 
         install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)

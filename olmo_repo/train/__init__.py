@@ -26,7 +26,8 @@ reset flags, and resuming from the latest checkpoint. Deltas from the stock scri
   RePo layer at the log interval, every logged step as a JSON line in `save_folder/metrics.jsonl`, and the
   SIGUSR1 stop.
 
-Modules: `run` (process group, wrap, `build_trainer`, `run`, `train`), `trainer` (`RepoTrainer`), `preflight`
+Modules: `run` (process group, wrap, `build_trainer`, `run`, `train`), `trainer` (`RepoTrainer`), `inloop`
+(in-loop NIAH as an OLMo evaluator), `preflight`
 (checks before anything is written), `run_folder` (resume, config changes, metrics.jsonl), `stage1`
 (`RepoCheckpointer`: stage-1 initialisation), `unshard` (sharded -> unsharded checkpoints). Fixes to
 ai2-olmo 0.6.0 on current torch are `olmo_repo.upstream.torch`.

@@ -284,7 +284,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     log_extra_field("run_name", cfg.run_name)
     _derive_settings(cfg)
     # Evaluators first: a bad entry is refused before the config is saved, W&B starts and the data loader and
-    # model are built (olmo_repo.eval.inloop builds its NIAH prompts here).
+    # model are built (olmo_repo.train.inloop builds its NIAH prompts here).
     evaluators = build_evaluators(cfg, device)
     rerun = _resume_or_start(cfg)
 

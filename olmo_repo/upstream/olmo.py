@@ -20,7 +20,7 @@ What OLMo lacks, and what this module does about it:
   metric is one `ICLMetric` number named `eval/downstream/{label}_{type}`). `build_evaluators` looks up the
   module global `olmo.eval.build_evaluator` once per config: `route_evaluator_build(build)` replaces it
   (idempotently); `STOCK_EVALUATOR_BUILD` is the original. The in-loop NIAH evaluator
-  (`olmo_repo.eval.inloop`) subclasses `Evaluator` and relies on `Trainer.eval`'s protocol: per evaluator
+  (`olmo_repo.train.inloop`) subclasses `Evaluator` and relies on `Trainer.eval`'s protocol: per evaluator
   `reset_metrics()`, every batch of `eval_loader` (`len` and `iter`; `subset_num_batches` caps them),
   `eval_step` -> `eval_batch` -> `model_forward` (reads `input_ids` and the optional mask/bias keys only,
   so extra batch keys ride along) -> `update_metrics(batch, ce_loss, logits [B, T, V])`, then

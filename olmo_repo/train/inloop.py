@@ -53,11 +53,11 @@ from olmo.torch_util import get_global_rank, get_world_size
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from ..eval.inloop_rows import PROMPTS, RANK_CANDIDATES, NiahMetric, niah_rows
+from ..eval.inloop_rows import RankBatches as _Batches
+from ..eval.variants import RULER_SEED
 from ..metrics import metric_name
 from ..upstream.olmo import STOCK_EVALUATOR_BUILD, route_evaluator_build
-from .inloop_rows import PROMPTS, RANK_CANDIDATES, NiahMetric, niah_rows
-from .inloop_rows import RankBatches as _Batches
-from .variants import RULER_SEED
 
 __all__ = [
     "PREFIX",
@@ -104,7 +104,7 @@ def build_niah_evaluator(
     cannot fit the prompts, and keys that do not apply."""
     from transformers import PreTrainedTokenizerFast
 
-    from .niah import VARIANTS
+    from ..eval.niah import VARIANTS
 
     key, label = _key(train_config, eval_config), eval_config.label
     variant, _, length_text = label.partition("@")
