@@ -141,6 +141,11 @@ def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_
     status, out, _ = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=8)
     assert (status, out) == (0, "train.py: the run can start on 2 node(s) x 2 process(es)\n")
     assert not run.exists()  # checked, nothing started
+    # An in-loop evaluator entry each rank would refuse when it builds its evaluators (after its model).
+    niah = [{"label": "niah_single_1", "type": "downstream"}, {"label": "niah_bogus", "type": "downstream"}]
+    status, _, err = launch("--check", "--nproc-per-node=2", global_train_batch_size=8, evaluators=niah)
+    assert status == 1 and err.startswith("train.py: error: evaluators[1].label: unknown NIAH variant"), err
+    assert err.count("\n") == 1 and not run.exists()
     with pytest.raises(SystemExit) as usage:
         launch("--nnodes=2", "--nproc-per-node=2")
     assert usage.value.code == 2 and "--nnodes is for --check" in capsys.readouterr().err

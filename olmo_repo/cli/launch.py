@@ -19,7 +19,7 @@ from . import fail, positive_int, run
 
 __all__ = ["add_arguments", "launched", "worker_args"]
 
-_FLAGS = ("--nproc-per-node", "--nnodes", "--check")
+_VALUE_FLAGS = ("--nproc-per-node", "--nnodes")  # the launch flags that take a value; --check takes none
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +54,9 @@ def worker_args(argv: list[str]) -> list[str]:
     for arg in argv:
         if skip:
             skip = False
-        elif arg in _FLAGS[:2]:
+        elif arg in _VALUE_FLAGS:
             skip = True
-        elif arg != "--check" and not arg.startswith(tuple(f"{flag}=" for flag in _FLAGS[:2])):
+        elif arg != "--check" and not arg.startswith(tuple(f"{flag}=" for flag in _VALUE_FLAGS)):
             out.append(arg)
     return out
 

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         from ..train.inloop import install
         from ..train.run import train
 
-        install()  # `niah_*` evaluators (olmo_repo.train does not import olmo_repo.eval)
+        install()  # OLMo's evaluator building routes `niah_*` entries to olmo_repo.train.inloop
         train(args.config, overrides)
 
     return run(PROG, train, _training_errors)

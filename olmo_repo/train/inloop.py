@@ -63,9 +63,11 @@ __all__ = [
     "PREFIX",
     "PROMPTS",
     "RANK_CANDIDATES",
+    "NiahEntry",
     "NiahEvaluator",
     "NiahMetric",
     "build_evaluator",
+    "check_entry",
     "install",
     "metric_name",
     "niah_rows",
@@ -92,21 +94,18 @@ def _key(train_config: TrainConfig, eval_config: EvaluatorConfig) -> str:
     return f"evaluators[{index}]"
 
 
-def build_niah_evaluator(
-    train_config: TrainConfig,
-    eval_config: EvaluatorConfig,
-    tokenizer: Tokenizer,
-    device: torch.device,
-    prompts: int = PROMPTS,
-) -> NiahEvaluator:
-    """The evaluator of one `niah_*` entry; its prompts are built here. Raises `OLMoConfigurationError`, one
-    line naming the key, for an unknown variant, a length past `model.max_sequence_length`, a tokenizer that
-    cannot fit the prompts, and keys that do not apply."""
-    from transformers import PreTrainedTokenizerFast
-
+def check_entry(train_config: TrainConfig, eval_config: EvaluatorConfig, prompts: int = PROMPTS) -> NiahEntry:
+    """What a `niah_*` entry asks for, checked without building a prompt (`scripts/train.py --check` runs this
+    for every entry before any worker starts). Raises `OLMoConfigurationError`, one line naming the key, for
+    an unknown variant, a length past `model.max_sequence_length`, and keys that do not apply; an entry that is
+    not NIAH (its label does not start with `niah_`) only may not take `prompts`."""
     from ..eval.niah import VARIANTS
 
     key, label = _key(train_config, eval_config), eval_config.label
+    if not label.startswith(PREFIX):
+        if getattr(eval_config, "prompts", None) is not None:
+            raise OLMoConfigurationError(f"{key}.prompts: only NIAH evaluators (label: niah_*) take prompts")
+        return NiahEntry("", 0, 0, 0)
     variant, _, length_text = label.partition("@")
     max_len = train_config.model.max_sequence_length
     if eval_config.type != EvaluatorType.downstream:
@@ -133,6 +132,34 @@ def build_niah_evaluator(
             f"{key}.prompts instead"
         )
     seed = eval_config.data.seed if eval_config.data.seed is not None else RULER_SEED
+    return NiahEntry(variant, length, prompts, seed)
+
+
+@dataclass(frozen=True)
+class NiahEntry:
+    """A `niah_*` entry's variant, prompt length, prompt count and seed (`check_entry`)."""
+
+    variant: str
+    length: int
+    prompts: int
+    seed: int
+
+
+def build_niah_evaluator(
+    train_config: TrainConfig,
+    eval_config: EvaluatorConfig,
+    tokenizer: Tokenizer,
+    device: torch.device,
+    prompts: int = PROMPTS,
+) -> NiahEvaluator:
+    """The evaluator of one `niah_*` entry (`check_entry`); its prompts are built here. Raises
+    `OLMoConfigurationError`, one line naming the key, for what `check_entry` refuses and a tokenizer that
+    cannot fit the prompts."""
+    from transformers import PreTrainedTokenizerFast
+
+    key, label = _key(train_config, eval_config), eval_config.label
+    entry = check_entry(train_config, eval_config, prompts)
+    variant, length, prompts, seed = entry.variant, entry.length, entry.prompts, entry.seed
     hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer.base_tokenizer)
     try:
         rows = niah_rows(hf, variant, length, prompts, seed)
@@ -161,10 +188,7 @@ def build_evaluator(
     """OLMo's `build_evaluator` with `niah_*` labels built here (see `install`)."""
     if eval_config.label.startswith(PREFIX):
         return build_niah_evaluator(train_config, eval_config, tokenizer, device, prompts)
-    if getattr(eval_config, "prompts", None) is not None:
-        raise OLMoConfigurationError(
-            f"{_key(train_config, eval_config)}.prompts: only NIAH evaluators (label: niah_*) take prompts"
-        )
+    check_entry(train_config, eval_config)  # `prompts` only on NIAH entries
     return STOCK_EVALUATOR_BUILD(train_config, eval_config, tokenizer, device)
 
 

@@ -53,6 +53,7 @@ from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
+from .inloop import check_entry
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .run_folder import (
     check_resumed_config,
@@ -352,7 +353,7 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
 
 def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_world_size: int) -> None:
     """Everything a rank checks before its model is built, once, for a run of `world_size` ranks: the config,
-    the preflight, the run folder (a resume's checkpoint and config), and how a local unsharded `load_path`'s
+    the preflight, the evaluators' entries, the run folder (a resume's checkpoint and config), and how a local unsharded `load_path`'s
     model.pt fits the model (the stage-1 fit rule, from its keys and shapes: memory-mapped, nothing read).
     What `scripts/train.py --nproc-per-node` runs before it starts the workers, so that a bad input is one line
     instead of one per rank and torchrun's traceback. Starts no process group; may move a corrupt newest
@@ -360,6 +361,8 @@ def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_
     patch_torch_for_olmo()
     cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
     preflight(cfg, cuda=torch.cuda.is_available(), world_size=world_size, local_world_size=local_world_size)
+    for evaluator in cfg.evaluators:  # what each rank's evaluator build would refuse (no prompt is built)
+        check_entry(cfg, evaluator)
     _point_at_latest_checkpoint(cfg)
     earlier_start_here(cfg)
     model_pt = Path(cfg.load_path or "", "model.pt")
