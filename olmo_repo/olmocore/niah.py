@@ -98,12 +98,11 @@ class NiahCallbackConfig(CallbackConfig):
     eval_on_startup: bool = False
     enabled: bool = True
 
-    def build(self, trainer: Trainer) -> EvaluatorCallback | None:
-        if not self.enabled:
-            return None
+    def check(self, max_len: int) -> int:
+        """The prompt length, after the checks that need no prompt (`check_experiment` runs them before any
+        worker starts); `OLMoConfigurationError` naming the key."""
         from ..eval.niah import VARIANTS
 
-        max_len = trainer.train_module.max_sequence_length
         length = self.length or max_len
         if length > max_len:
             raise OLMoConfigurationError(
@@ -115,6 +114,15 @@ class NiahCallbackConfig(CallbackConfig):
             )
         if self.prompts < 1:
             raise OLMoConfigurationError(f"trainer.callbacks.niah.prompts={self.prompts}: at least one")
+        return length
+
+    def build(self, trainer: Trainer) -> EvaluatorCallback | None:
+        if not self.enabled:
+            return None
+        from ..eval.niah import VARIANTS
+
+        max_len = trainer.train_module.max_sequence_length
+        length = self.check(max_len)
         hf = _hf_tokenizer(self.tokenizer.identifier)
         batch_size = self.batch_size or max(1, trainer.train_module.rank_microbatch_size // length)
         rank, world = get_rank(trainer.dp_process_group), get_world_size(trainer.dp_process_group)

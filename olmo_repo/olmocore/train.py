@@ -59,6 +59,7 @@ from ..slurm import requeue
 from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig
 from .checkpoint import latest_intact_checkpoint, read_config
+from .niah import NiahCallbackConfig
 from .stage1 import check_stage1, load_stage1
 
 __all__ = [
@@ -159,6 +160,9 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
             block.sequence_mixer.check(model.n_layers)
     _check_batch(config, world_size or int(os.environ.get("WORLD_SIZE", "1")))
+    for callback in config.trainer.callbacks.values():  # what its build would refuse once the model is up
+        if isinstance(callback, NiahCallbackConfig) and callback.enabled:
+            callback.check(config.train_module.max_sequence_length)
     for path in _data_paths(config.dataset):
         if not is_url(path) and not Path(path).is_file():
             raise RepoError(
