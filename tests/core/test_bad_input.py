@@ -93,7 +93,10 @@ def _one_line(capsys, prog: str, says: str) -> None:
         (["--train_module.rank_microbatch_size=1000"], "is not a whole number of sequences"),
         # What the NIAH callback's build refuses once the model is up, said before any worker starts.
         (["--trainer.callbacks.niah.variants=[niah_bogus]"], "trainer.callbacks.niah.variants: unknown"),
-        (["--trainer.callbacks.niah.length=4096"], "niah.length=4096 is past train_module.max_sequence_length"),
+        (
+            ["--trainer.callbacks.niah.length=4096"],
+            "niah.length=4096 is past train_module.max_sequence_length",
+        ),
     ],
 )
 def test_core_train_refuses_before_anything_is_written(
