@@ -7,6 +7,13 @@ modules (under their own names) and states only the delta. Internals used here:
 
 - `OlmoHybridAttention`, `OlmoHybridMLP` (`vllm.model_executor.models.olmo_hybrid`): the Olmo2 attention and
   MLP. Their constructors read only the Olmo2 keys of `hf_config`.
+- `LlamaAttention`, `LlamaDecoderLayer`, `LlamaForCausalLM` (`vllm.model_executor.models.llama`): Llama, whose
+  decoder layer takes its attention class (`attn_layer_type`) and whose causal LM takes its decoder layer
+  (`layer_type`): the seams through which `olmo_repo.vllm.families` puts the RePo attention in.
+- `Qwen3Attention` (`vllm.model_executor.models.qwen3`) and `set_default_rope_theta`: vLLM's Qwen 3 is
+  Llama's skeleton around that attention (its decoder layer, model and causal LM compute what Llama's do, its
+  MLP `Qwen2MLP` is `LlamaMLP` without bias), but its decoder layer builds `Qwen3Attention` itself, with no
+  seam; the plugin builds Qwen 3 through Llama's seams with Qwen 3's attention, so all of those are pinned.
 - `cleanup_dist_env_and_memory` (`vllm.distributed.parallel_state`): what vLLM's own tests call between two
   engines in one process (tests and the benchmark start several).
 - `Attention.__init__` (`vllm.model_executor.layers.attention`): given no per-layer window, it takes the cache
@@ -34,18 +41,26 @@ from typing import Any
 from vllm.config import VllmConfig
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
+from vllm.model_executor.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 from vllm.model_executor.models.olmo_hybrid import OlmoHybridAttention, OlmoHybridMLP
+from vllm.model_executor.models.qwen3 import Qwen3Attention
+from vllm.transformers_utils.config import set_default_rope_theta
 
 __all__ = [
     "CANARIES",
     "VLLM_VERSION",
+    "LlamaAttention",
+    "LlamaDecoderLayer",
+    "LlamaForCausalLM",
     "OlmoHybridAttention",
     "OlmoHybridMLP",
+    "Qwen3Attention",
     "VerifyAndUpdateConfig",
     "cleanup_dist_env_and_memory",
     "layer_config",
     "lm_eval_vllm_class",
     "register_config_check",
+    "set_default_rope_theta",
 ]
 
 VLLM_VERSION = "0.32.0"
@@ -110,4 +125,17 @@ CANARIES = {  # source hashes on vllm==0.32.0 (`olmo_repo.upstream.source_hash`)
     "vllm.model_executor.models.config.VerifyAndUpdateConfig": "431f0679becacd92",
     # where vLLM consults MODELS_CONFIG_MAP while it builds ModelConfig
     "vllm.config.ModelConfig._try_verify_and_update_model_config": "199ba4a93f448bad",
+    # Llama's seams (attn_layer_type, layer_type) and the forward the RePo attention restates
+    "vllm.model_executor.models.llama.LlamaAttention": "8ea74d857085b0ef",
+    "vllm.model_executor.models.llama.LlamaDecoderLayer": "4e90b2d3579c53ff",
+    "vllm.model_executor.models.llama.LlamaModel": "d1050f9762fb49dc",
+    "vllm.model_executor.models.llama.LlamaForCausalLM": "d27a7613239a4577",
+    "vllm.model_executor.models.llama.LlamaMLP": "85ba9fb99a66f1ca",
+    # Qwen 3: its attention (per-head q/k norm, restated), and the stock skeleton that Llama's stands in for
+    "vllm.model_executor.models.qwen3.Qwen3Attention": "b4c97320b9ab8912",
+    "vllm.model_executor.models.qwen3.Qwen3DecoderLayer": "748357e8934f1f83",
+    "vllm.model_executor.models.qwen3.Qwen3ForCausalLM": "ae230509dd9e0e01",
+    "vllm.model_executor.models.qwen2.Qwen2Model": "7c42196ae2567912",
+    "vllm.model_executor.models.qwen2.Qwen2MLP": "016a809447d64a78",
+    "vllm.transformers_utils.config.set_default_rope_theta": "38cf159b9521bcb8",
 }

@@ -18,6 +18,10 @@ layers need nothing more for them.
 
 Tensor parallel: heads are split across ranks; gate_map and content_map are replicated, final_map's rows
 (one per key/value head) are split like the key/value heads, so each rank predicts the positions of its own.
+
+`RepoAttention` holds all of the above for every family: `RepoOlmo2Attention` here, and Llama's and Qwen 3's
+attentions (`olmo_repo.vllm.families`) are it mixed into vLLM's attention class of the family, each stating only
+its q/k norm (`norm_qk`) and its transformers RoPE class (`rotary_class`).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+from transformers import PretrainedConfig
 from transformers.models.olmo2.modeling_olmo2 import Olmo2RotaryEmbedding
 from vllm.compilation.decorators import support_torch_compile
-from vllm.config import VllmConfig
+from vllm.config import VllmConfig, get_current_vllm_config
+from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
@@ -46,6 +52,7 @@ from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP, layer_config
 from .config import repo_config
 
 __all__ = [
+    "RepoAttention",
     "RepoOlmo2Attention",
     "RepoOlmo2DecoderLayer",
     "RepoOlmo2ForCausalLM",
@@ -53,27 +60,35 @@ __all__ = [
 ]
 
 
-class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
-    """vLLM's Olmo2 attention with the rotary step of a `nope` or `repo` layer replaced."""
+class RepoAttention(RepoLayer):
+    """The one RePo attention step of every family, mixed into vLLM's attention class of the family (Olmo2's
+    `OlmoHybridAttention`, `LlamaAttention`, `Qwen3Attention`), whose projections, norms, paged attention and
+    output projection it keeps. A family states only its q/k norm (`norm_qk`) and the HF RoPE class whose
+    frequencies RePo positions rotate with (`rotary_class`); `rope` layers run the stock forward."""
 
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
-        # OLMo 3: the layer type's RoPE and window (`layer_config`); self.config is that layer's view
-        super().__init__(vllm_config=layer_config(vllm_config, extract_layer_index(prefix)), prefix=prefix)
-        if pe_mode == PositionMode.nope:
-            self._use_rope, self.rotary_emb = False, None
+    rotary_class: type[nn.Module] = Olmo2RotaryEmbedding
+    """transformers' RoPE of the family, as `olmo_repo.hf` rotates RePo positions with it."""
+
+    def init_repo_attention(self, config: PretrainedConfig, prefix: str, pe_mode: str) -> None:
+        """Called after the stock `__init__`: f_phi (repo) and the frequencies it rotates with; `nope` and
+        `repo` layers drop the integer-position RoPE. `config` is the layer's HF config (OLMo 3: its view)."""
+        vllm_config = get_current_vllm_config()
+        if pe_mode != PositionMode.rope:
+            self.rotary_emb = None  # no path of a nope/repo layer rotates by integer positions
         # The CPU has no bf16 GEMM with an fp32 output, so f_phi would upcast its weights on every call: there
         # they are stored upcast once, their values rounded to the model dtype, and f_phi runs in fp32 on the
         # upcast x: the same products.
         self.model_dtype = vllm_config.model_config.dtype
         # Plain nn.Linear weights, not vLLM linear layers: f_phi multiplies them itself, accumulating in fp32,
         # and vLLM's CPU backend repacks the weights of its own layers for its GEMM.
+        tp_size, tp_rank = get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank()
         self.init_repo(
             pe_mode,
             layer_id=extract_layer_index(prefix),
-            d_model=self.config.hidden_size,
+            d_model=config.hidden_size,
             n_kv_heads=self.total_num_kv_heads,
             head_dim=self.head_dim,
-            kv_heads=rank_kv_heads(self.total_num_kv_heads, self.tp_size, self.tp_rank),
+            kv_heads=rank_kv_heads(self.total_num_kv_heads, tp_size, tp_rank),
             dtype=torch.float32 if current_platform.is_cpu() else None,
         )
         if pe_mode != PositionMode.repo:
@@ -81,7 +96,7 @@ class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
         for weight in self.f_phi_weights():
             weight.weight_loader = self._load_f_phi  # type: ignore[attr-defined]
         # The inverse frequencies and attention factor that olmo_repo.hf rotates RePo positions with.
-        rotary = Olmo2RotaryEmbedding(self.config)
+        rotary = self.rotary_class(config)
         self.register_buffer("inv_freq", rotary.inv_freq.float(), persistent=False)  # [d_head/2]
         self.attention_scaling = float(rotary.attention_scaling)
 
@@ -92,11 +107,18 @@ class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
         """vLLM's weight loader hook: the weight rounded to the model dtype (stored as f_phi's weights are)."""
         self.load_f_phi(param, loaded.to(self.model_dtype))
 
+    def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The family's q/k norm on q, k [T, H * d_head], as its stock forward applies it before the rotation:
+        none here (Llama); OLMo 2/3 and Qwen 3 override it."""
+        return q, k
+
     def rotate(
         self, hidden_states: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The RePo step in place of `rotary_emb(positions, q, k)`: q, k [T, H * d_head] rotated by the positions
-        f_phi predicts from hidden_states [T, d] (upcast where the weights are: CPU)."""
+        f_phi predicts from hidden_states [T, d] (upcast where the weights are: CPU); nope: as they are."""
+        if self.pe_mode != PositionMode.repo:
+            return q, k
         n = q.shape[0]
         x = hidden_states.to(self.gate_map.weight.dtype)
         q, k = self.reposition(
@@ -108,14 +130,32 @@ class RepoOlmo2Attention(RepoLayer, OlmoHybridAttention):
         return q.reshape(n, -1), k.reshape(n, -1)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.pe_mode != PositionMode.repo:
-            return super().forward(positions, hidden_states)
-        # Upstream's forward with `rotary_emb(positions, q, k)` replaced by `rotate`.
+        """The stock forward (`OlmoHybridAttention`, `LlamaAttention`, `Qwen3Attention`: project, q/k norm,
+        rotate, attend, project out) with `rotary_emb(positions, q, k)` replaced by `rotate` in nope/repo layers.
+        f_phi reads what q, k and v read: the attention's input (OLMo: the residual stream; Llama, Qwen 3: the
+        normed hidden state)."""
+        if self.pe_mode == PositionMode.rope:
+            return super().forward(positions, hidden_states)  # type: ignore[misc]
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotate(hidden_states, *self._apply_qk_norm(q, k))  # [T, H * d_head]
+        q, k = self.rotate(hidden_states, *self.norm_qk(q, k))  # [T, H * d_head]
         out, _ = self.o_proj(self.attn(q, k, v))
         return out
+
+
+class RepoOlmo2Attention(RepoAttention, OlmoHybridAttention):
+    """vLLM's Olmo2 attention with the rotary step of a `nope` or `repo` layer replaced."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str, pe_mode: str):
+        # OLMo 3: the layer type's RoPE and window (`layer_config`); self.config is that layer's view
+        super().__init__(vllm_config=layer_config(vllm_config, extract_layer_index(prefix)), prefix=prefix)
+        if pe_mode == PositionMode.nope:
+            self._use_rope = False
+        self.init_repo_attention(self.config, prefix, pe_mode)
+
+    def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """OLMo 2/3: RMSNorms over all heads (gathered across tensor-parallel ranks), before the split."""
+        return self._apply_qk_norm(q, k)
 
 
 class RepoOlmo2DecoderLayer(nn.Module):

@@ -141,3 +141,22 @@ def check_positions(llm: Any, name: str, checkpoints, hf_reference) -> None:
         assert prefill[layer].shape == z[0].shape == (config["num_key_value_heads"], len(ids)), layer
         worst = (prefill[layer] - z[0]).abs().max().item()
         assert worst <= bound, f"{name}: layer {layer}'s positions differ by {worst:.3g} > {bound:.3g}"
+
+
+def hf_outputs(model: torch.nn.Module) -> dict[str, Any]:
+    """An HF model's reference outputs on `prompts()`, as conftest's `hf_reference` holds them for `MODELS`: greedy
+    continuations, prompt log-probs, max |logit| and max |position| (for models built outside `MODELS`)."""
+    tokens, logprobs, max_logit, max_pos = [], [], 0.0, 0.0
+    for ids in prompts():
+        x = torch.tensor([ids])
+        with torch.no_grad(), record_positions(model) as positions:
+            logits = model(x).logits[0]  # [T, V]
+            gen = model.generate(
+                x, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=tiny.PAD
+            )
+        tokens.append(gen[0, len(ids) :].tolist())
+        lp = logits.log_softmax(-1)
+        logprobs.append([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
+        max_logit = max(max_logit, logits.abs().max().item())
+        max_pos = max([max_pos, *(p.abs().max().item() for p in positions.values())])
+    return dict(tokens=tokens, logprobs=logprobs, max_logit=max_logit, max_pos=max_pos)

@@ -16,8 +16,17 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
-from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo3Config, RepoOlmo3ForCausalLM
-from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE
+from olmo_repo.hf import (
+    RepoLlamaConfig,
+    RepoLlamaForCausalLM,
+    RepoOlmo2Config,
+    RepoOlmo2ForCausalLM,
+    RepoOlmo3Config,
+    RepoOlmo3ForCausalLM,
+    RepoQwen3Config,
+    RepoQwen3ForCausalLM,
+)
+from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE, save_hf
 from olmo_repo.hf.formats import from_reference
 from olmo_repo.modes import layer_modes
 from olmo_repo.rope import repo_layers
@@ -96,6 +105,34 @@ def save(
             json.dumps({**raw, "auto_map": AUTO_MAP[config.model_type]}, indent=2)
         )
     return model
+
+
+def save_family(
+    path: Path, family: str, *, spread: float = 0.25, seed: int = 0, **overrides: Any
+) -> torch.nn.Module:
+    """A `repo_llama` or `repo_qwen3` checkpoint (`family`: "llama", "qwen3") in `path`, written as the converters
+    write one (`save_hf`: the weights checked against the config, the remote code); returns the HF model."""
+    config_class, model_class = {
+        "llama": (RepoLlamaConfig, RepoLlamaForCausalLM),
+        "qwen3": (RepoQwen3Config, RepoQwen3ForCausalLM),
+    }[family]
+    config = config_class(**{**BASE, **overrides})
+    model = model_class(config)
+    _randomise(model, spread, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):  # attention biases (Llama's `attention_bias`): small, unlike the norms
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+        if config.tie_word_embeddings:  # at unit scale, tied logits reach ~50 (and the fp32 bound with them)
+            model.get_input_embeddings().weight.mul_(0.3)
+    state_dict = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        del state_dict["lm_head.weight"]  # the converters write a tied model's embedding once
+    path.mkdir(parents=True)
+    save_hf(config_class.from_dict(config.to_dict()), state_dict, path, None)
+    tokenizer().save_pretrained(path)
+    return model.eval()
 
 
 def save_reference(
