@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Convert an OLMo-core checkpoint of this project (a run's stepN/ or a model-only one; the Olmo 2 "
-        "or Olmo 3 shape) to a Hugging Face directory: repo_olmo2 (repo_olmo3 with sliding windows) with its "
-        "modeling code if a layer is RePo/NoPE, else olmo2 (olmo3).",
+        "or Olmo 3 shape, or a default pre-norm block: Llama, Qwen 3 with per-head q/k norms) to a Hugging Face "
+        "directory: repo_olmo2 (repo_olmo3 with sliding windows, repo_llama, repo_qwen3) with its modeling code "
+        "if a layer is RePo/NoPE, else olmo2 (olmo3, llama, qwen3).",
     )
     parser.add_argument(
         "--input", required=True, help="checkpoint directory with model_and_optim/ and config.json"

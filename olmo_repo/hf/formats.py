@@ -1,7 +1,9 @@
 """The Hugging Face formats this project reads, and the one reader of the reference implementation's.
 
 - `repo_olmo2`, `repo_olmo3` (this project's converted checkpoints) and stock `olmo2`, `olmo3` are read as
-  transformers reads them.
+  transformers reads them; so are `llama`, `qwen3`, `repo_llama` and `repo_qwen3` where a reader asks for them
+  (`read_hf_config(..., model_types=ALL_MODEL_TYPES)`: the OLMo-core converter; the ai2-olmo side has the OLMo
+  block alone, so by default they are refused in one line rather than read as an OLMo model).
 - The reference implementation writes `model_type: olmo2` with a nested `pe_config`, which stock transformers
   would build as a stock Olmo2, dropping the RePo weights. `from_reference` is the one translation of it,
   used by `read_hf_config` (conversion, evaluation, the explorer), the Auto routing of `olmo_repo.hf`,
@@ -20,13 +22,13 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from transformers import Olmo2Config, Olmo3Config, PreTrainedConfig
+from transformers import LlamaConfig, Olmo2Config, Olmo3Config, PreTrainedConfig, Qwen3Config
 from transformers.utils import cached_file
 
 from ..integrity import olmo_core_checkpoint_problem
@@ -40,10 +42,14 @@ from ..modes import (
     reference_mode,
 )
 from ..rope import check_final_map_rows
+from .configuration_repo_llama import RepoLlamaConfig
 from .configuration_repo_olmo2 import RepoOlmo2Config
 from .configuration_repo_olmo3 import RepoOlmo3Config
+from .configuration_repo_qwen3 import RepoQwen3Config
 
 __all__ = [
+    "ALL_MODEL_TYPES",
+    "OLMO_MODEL_TYPES",
     "check_f_phi",
     "from_reference",
     "reference_config",
@@ -52,6 +58,18 @@ __all__ = [
     "read_reference",
     "weight_shapes",
 ]
+
+OLMO_MODEL_TYPES = ("olmo2", RepoOlmo2Config.model_type, "olmo3", RepoOlmo3Config.model_type)
+"""The model types of the OLMo block (ai2-olmo's and OLMo-core's Olmo 2 / Olmo 3 shapes): `read_hf_config`'s
+default."""
+ALL_MODEL_TYPES = (
+    *OLMO_MODEL_TYPES,
+    "llama",
+    RepoLlamaConfig.model_type,
+    "qwen3",
+    RepoQwen3Config.model_type,
+)
+"""Those and the pre-norm families OLMo-core also builds (Llama, Qwen 3), stock and RePo."""
 
 _F_PHI_WEIGHT = re.compile(rf"(?:model\.)?layers\.(\d+)\.self_attn\.({'|'.join(F_PHI_WEIGHTS)})\.weight")
 
@@ -170,10 +188,14 @@ def read_reference(config_dict: dict[str, Any], path: str | os.PathLike, **kwarg
     return from_reference(config_dict, weight_shapes(path, **hub_kwargs(kwargs)), str(path))
 
 
-def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
+def read_hf_config(
+    hf_dir: str | os.PathLike, model_types: Collection[str] = OLMO_MODEL_TYPES
+) -> PreTrainedConfig:
     """The config of an HF directory: `repo_olmo2` / `repo_olmo3` (this project), stock `olmo2` / `olmo3`, or
     `olmo2` with the reference's `pe_config` (-> `RepoOlmo2Config`, checked against the layers that carry RePo
-    weights; `Olmo2Config` if it selects no RePo/NoPE layer). f_phi's weights are checked against it."""
+    weights; `Olmo2Config` if it selects no RePo/NoPE layer); with `model_types` also the Llama and Qwen 3
+    families (`ALL_MODEL_TYPES`). Any other model type is one ValueError listing those allowed, so a reader
+    that knows one block shape never takes another. f_phi's weights are checked against it."""
     if problem := olmo_core_checkpoint_problem(hf_dir, "scripts/core_convert_to_hf.py"):
         raise ValueError(problem)
     file = os.path.join(hf_dir, "config.json")
@@ -185,12 +207,12 @@ def read_hf_config(hf_dir: str | os.PathLike) -> PreTrainedConfig:
     if not isinstance(raw, dict):
         raise ValueError(f"{file} is not a JSON object of config keys")
     model_type = raw.get("model_type")
-    if model_type not in _CONFIGS:
+    if model_type not in model_types or model_type not in _CONFIGS:
         raise ValueError(
-            f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(_CONFIGS)}"
+            f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(model_types)}"
         )
     shapes = weight_shapes(hf_dir)
-    if "pe_config" in raw:
+    if "pe_config" in raw and model_type in OLMO_MODEL_TYPES:  # the reference's format is OLMo's alone
         raw = from_reference(raw, shapes, str(hf_dir))
     for key in ("model_type", "auto_map", "architectures", "transformers_version"):
         raw.pop(key, None)
@@ -209,4 +231,8 @@ _CONFIGS: dict[str, tuple[type[PreTrainedConfig], type[PreTrainedConfig]]] = {
     RepoOlmo2Config.model_type: (Olmo2Config, RepoOlmo2Config),
     "olmo3": (Olmo3Config, RepoOlmo3Config),
     RepoOlmo3Config.model_type: (Olmo3Config, RepoOlmo3Config),
+    "llama": (LlamaConfig, RepoLlamaConfig),
+    RepoLlamaConfig.model_type: (LlamaConfig, RepoLlamaConfig),
+    "qwen3": (Qwen3Config, RepoQwen3Config),
+    RepoQwen3Config.model_type: (Qwen3Config, RepoQwen3Config),
 }

@@ -1,12 +1,15 @@
 """OLMo-core checkpoints <-> Hugging Face directories: the Olmo 2 shape as `olmo2` (or `repo_olmo2` with RePo/NoPE
-layers), the Olmo 3 shape (sliding windows) as `olmo3` (or `repo_olmo3`).
+layers), the Olmo 3 shape (sliding windows) as `olmo3` (or `repo_olmo3`), OLMo-core's pre-norm block as `llama`
+(or `repo_llama`) and, with per-head q/k norms, `qwen3` (or `repo_qwen3`).
 
 - `core_to_hf(input, output)`: an OLMo-core checkpoint (a run's `stepN/` or a model-only one) -> an HF
   directory: config.json, safetensors, tokenizer, generation config and, for a model with RePo/NoPE layers,
   the modeling code as remote code (the same files and `auto_map` as `scripts/convert_to_hf.py` writes), so
   `scripts/eval.py`, the explorer, the analyses and vLLM take it as they take a converted ai2-olmo model.
-- `hf_to_core(input, output)`: an HF `olmo2` / `repo_olmo2` / `olmo3` / `repo_olmo3` / reference-format
-  directory -> a model-only OLMo-core checkpoint, the `load_path` of a run (stage-1 initialisation).
+- `hf_to_core(input, output)`: an HF `olmo2` / `repo_olmo2` / `olmo3` / `repo_olmo3` / reference-format /
+  `llama` / `repo_llama` / `qwen3` / `repo_qwen3` directory -> a model-only OLMo-core checkpoint, the `load_path`
+  of a run (stage-1 initialisation: a stock model's checkpoint has no f_phi weights, which a RePo config's init
+  creates; a RePo model's carries them).
 
 Both directions copy tensors as they are (dtype as stored unless `dtype` is given): a round trip is bit-exact.
 Outputs are written beside the target and renamed at the end (`olmo_repo.output.staged_dir`).
@@ -14,22 +17,39 @@ Outputs are written beside the target and renamed at the end (`olmo_repo.output.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
 from olmo_core.config import DType
 from tokenizers import Tokenizer
-from transformers import PreTrainedTokenizerFast
+from transformers import (
+    PreTrainedConfig,
+    PreTrainedTokenizerFast,
+)
 
 from ..errors import RepoError
 from ..hf import DTYPES, read_hf_config
 from ..hf.files import read_hf_state_dict, save_hf, save_tokenizer
+from ..hf.formats import ALL_MODEL_TYPES
 from ..output import check_distinct, check_replaceable, staged_dir
 from . import checkpoint
-from .convert import core_config_from_hf, core_state_from_hf, hf_config_from_core, hf_state_from_core
+from .convert import core_config_from_hf, hf_config_from_core, state_from_hf, state_to_hf
 
 __all__ = ["core_to_hf", "hf_to_core"]
+
+HF_EXTRA = "hf_config_extra"
+"""The checkpoint config.json key of the HF config's keys that its class does not define (SmolLM2's
+`unk_token_id`, `is_llama_config`): no part of any model, recorded by `hf_to_core` so that `core_to_hf` gives the
+config back whole."""
+
+
+def _hf_extra(config: PreTrainedConfig) -> dict[str, Any]:
+    """The keys of `config` (as save_pretrained writes them) that no field of its class holds."""
+    fields = {f.name for f in dataclasses.fields(type(config))}
+    meta = ("model_type", "transformers_version", "architectures", "auto_map")
+    return {k: v for k, v in config.to_diff_dict().items() if k not in fields and k not in meta}
 
 
 def _tokenizer(identifier: str) -> Tokenizer:
@@ -84,14 +104,19 @@ def core_to_hf(
         )
     except ValueError as e:
         raise RepoError(f"{input}/config.json: {e}") from None
+    fields = {f.name for f in dataclasses.fields(type(hf_config))}
+    for key, value in (config.get(HF_EXTRA) or {}).items():
+        if key not in fields:  # never over a value the model config gives
+            setattr(hf_config, key, value)
     identifier = tokenizer or tok.get("identifier")
     if identifier is None:
         raise RepoError(f"{input}/config.json has no dataset.tokenizer.identifier; pass --tokenizer")
     base = _tokenizer(identifier)
     model = checkpoint.load_model(input, model_config)
-    state = hf_state_from_core(
-        checkpoint.state_dict(model), model_config.n_layers, model_config.tie_word_embeddings
-    )
+    try:
+        state = state_to_hf(hf_config, checkpoint.state_dict(model))
+    except ValueError as e:
+        raise RepoError(f"{input}: {e}") from None
     if dtype is not None:
         state = {k: v.to(DTYPES[dtype]) for k, v in state.items()}
     with staged_dir(output, force) as staging:
@@ -101,18 +126,23 @@ def core_to_hf(
 
 
 def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) -> Path:
-    """Convert an HF Olmo2- or Olmo3-shaped directory to a model-only OLMo-core checkpoint (`model_and_optim/`, a
-    `config.json` with `model`, `dataset.tokenizer` and the HF model's length as `train_module.max_sequence_length`,
-    the tokenizer.json copied beside); returns `output`."""
+    """Convert an HF Olmo2-, Olmo3-, Llama- or Qwen3-shaped directory to a model-only OLMo-core checkpoint
+    (`model_and_optim/`, a `config.json` with `model`, `dataset.tokenizer` and the HF model's length as
+    `train_module.max_sequence_length`, the tokenizer.json copied beside); returns `output`. The weights are the
+    HF model's, no more: a stock model's checkpoint is a stage-1 start, whose f_phi a RePo config creates."""
     input = Path(input)
     check_distinct(input, output)
     check_replaceable(output, force)
-    hf_config = read_hf_config(input)
+    hf_config = read_hf_config(input, ALL_MODEL_TYPES)
+    try:
+        core_config_from_hf(hf_config)  # every config key checked before the weights are read
+    except ValueError as e:
+        raise RepoError(f"{input}: {e}") from None
     state = read_hf_state_dict(input)
     dtype = next(iter(state.values())).dtype
     try:
         model_config = core_config_from_hf(hf_config, DType.from_pt(dtype))
-        core_state = core_state_from_hf(state, hf_config.num_hidden_layers)
+        core_state = state_from_hf(hf_config, state)
     except ValueError as e:
         raise RepoError(f"{input}: {e}") from None
     model = model_config.build(init_device="meta")
@@ -121,9 +151,12 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
     expected = {k: v.shape for k, v in model.state_dict().items()}
     if {k: v.shape for k, v in core_state.items()} != expected:
         wrong = sorted(k for k in set(expected) | set(core_state) if k not in core_state or k not in expected)
-        raise RepoError(
-            f"{input}: the weights do not fit the OLMo-core model: {', '.join(wrong[:8]) or 'shapes'}"
-        )
+        wrong += [
+            f"{k} {tuple(core_state[k].shape)} (config.json: {tuple(expected[k])})"
+            for k in sorted(set(expected) & set(core_state))
+            if core_state[k].shape != expected[k]
+        ]
+        raise RepoError(f"{input}: the weights do not fit the OLMo-core model: {', '.join(wrong[:8])}")
     model.load_state_dict(core_state, strict=True, assign=True)
     tokenizer: dict[str, Any] = dict(
         vocab_size=hf_config.vocab_size,
@@ -141,5 +174,7 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
             # the HF model's length, as a run records its own: core_to_hf gives it back to the HF config
             "train_module": {"max_sequence_length": hf_config.max_position_embeddings},
         }
+        if extra := _hf_extra(hf_config):
+            config[HF_EXTRA] = extra
         checkpoint.save_model(model, config, staging)
     return Path(output)
