@@ -16,12 +16,16 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import (
     GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Olmo3Config,
     Olmo3ForCausalLM,
     PreTrainedConfig,
     PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from ..integrity import require_intact
@@ -49,7 +53,9 @@ MODEL_CLASSES = {
     RepoOlmo2Config: RepoOlmo2ForCausalLM,
     Olmo3Config: Olmo3ForCausalLM,
     RepoOlmo3Config: RepoOlmo3ForCausalLM,
+    LlamaConfig: LlamaForCausalLM,
     RepoLlamaConfig: RepoLlamaForCausalLM,
+    Qwen3Config: Qwen3ForCausalLM,
     RepoQwen3Config: RepoQwen3ForCausalLM,
 }
 """The causal LM of each config class a converter writes (stock where every layer is RoPE)."""
@@ -115,7 +121,11 @@ def read_hf_state_dict(hf_dir: Path) -> dict[str, Tensor]:
 
 def save_tokenizer(base: Tokenizer, config: PreTrainedConfig, out: Path) -> None:
     """Save `base` as a transformers tokenizer with the model's eos/pad tokens."""
-    token = lambda i: base.id_to_token(i) if i is not None and i < base.get_vocab_size() else None  # noqa: E731
+
+    def token(ids: int | list[int] | None) -> str | None:  # Llama 3 Instruct lists several end ids: the first
+        i = ids[0] if isinstance(ids, list) and ids else ids
+        return base.id_to_token(i) if isinstance(i, int) and i < base.get_vocab_size() else None
+
     eos, pad = token(config.eos_token_id), token(config.pad_token_id)
     PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, pad_token=pad or eos).save_pretrained(out)
 
