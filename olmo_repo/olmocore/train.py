@@ -188,8 +188,12 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
             f"dataset.tokenizer.vocab_size={data.vocab_size} does not fit model.vocab_size="
             f"{config.model.vocab_size}: the model embeds no token past its vocabulary; use the model's tokenizer"
         )
-    if not config.load_path or is_url(config.load_path):
-        return
+    if (
+        not config.load_path
+        or is_url(config.load_path)
+        or not (Path(config.load_path) / "config.json").is_file()
+    ):
+        return  # a checkpoint that records no config (model and optimizer state only) records no tokenizer
     recorded = (read_config(config.load_path).get("dataset") or {}).get("tokenizer") or {}
     fix = f"tokenize the data with the model's tokenizer ({recorded.get('identifier', 'its tokenizer.json')})"
     for key in ("vocab_size", "eos_token_id", "pad_token_id"):
