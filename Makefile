@@ -30,21 +30,20 @@ system-deps:
 # pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
 PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The suite (two workers) and the OLMo-core tests in their environment (tests/core/, one worker) side by side, under
-# one cores lock (tests/suite.py): the OLMo-core worker computes while a suite worker waits for a `procs` test or
-# has nothing left. Then the vLLM tests (tests/vllm/) alone: idle vLLM workers poll, slowing whatever runs beside.
+# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
+# one worker each, one cores lock for both (tests/suite.py), so that neither leaves a core idle at its end.
 SIDE = -m pytest -q -n 1 --durations=15
 test: install system-deps install-vllm install-core
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
-	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-main suite-core; \
-	  status=$$?; rm -rf "$$cores"; exit $$status
-	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
-
-.PHONY: suite-main suite-core
-suite-main:
 	$(BIN)/python $(PYTEST)
+	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-vllm suite-core; \
+	  status=$$?; rm -rf "$$cores"; exit $$status
+
+.PHONY: suite-vllm suite-core
+suite-vllm:
+	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
 suite-core:
 	$(CBIN)/python $(SIDE) --confcutdir tests/core tests/core
 
