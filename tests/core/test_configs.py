@@ -77,3 +77,43 @@ def test_tiny_config_is_the_demo_base_model_with_repo(tmp_path):
     assert {
         k: v.shape for k, v in config.model.build(init_device="meta").state_dict().items() if k in shapes
     } == shapes
+
+
+# The published parameter counts of the stock models (their model cards: Llama 3.2 1B 1.24B with tied
+# embeddings, 1,235,814,400; Qwen3-0.6B-Base 0.6B of which 0.44B non-embedding, 596,049,920).
+FAMILY_CONFIGS = {
+    "Llama-3.2-1B-repo.py": ("llama", 1_235_814_400, list(range(5, 16))),
+    "Qwen3-0.6B-Base-repo.py": ("qwen3", 596_049_920, list(range(9, 28))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
+def test_family_configs_are_the_published_model_with_repo_on_the_olmo2_1b_recipe(name, tmp_path):
+    import json
+
+    from olmo_repo.olmocore import with_position_modes
+    from olmo_repo.olmocore.train import load_build_config as load
+
+    model_type, parameters, layers = FAMILY_CONFIGS[name]
+    config = _build(name, tmp_path, data_root="/data/tokens")
+    assert _repo_layers(config.model) == layers
+    stock = with_position_modes(config.model, "rope")
+    assert sum(p.numel() for p in stock.build(init_device="meta").parameters()) == parameters
+
+    # The model the converter makes of a checkpoint with this config.json (the stage-1 `load_path`), with RePo.
+    module = load(CONFIGS / name).__globals__
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(
+        json.dumps({"model_type": model_type, **module["HF_CONFIG"]})
+    )
+    converted = core_config_from_hf(read_hf_config(tmp_path / "hf", model_types=(model_type,)))
+    assert config.model.as_config_dict() == with_position_modes(converted, "repo", layers[0]).as_config_dict()
+
+    # The data is the model's tokenizer's, under --data-root; everything else is the OLMo 2 1B recipe's.
+    assert config.dataset.tokenizer.vocab_size == config.model.vocab_size
+    assert config.dataset.paths == ["/data/tokens/train.npy"]
+    assert config.trainer.callbacks["niah"].tokenizer == config.dataset.tokenizer
+    recipe = _build("OLMo-2-0425-1B-stage2-repo.py", tmp_path, data_root="/data/tokens")
+    for part in ("train_module", "data_loader"):
+        assert getattr(config, part).as_config_dict() == getattr(recipe, part).as_config_dict(), part
+    assert config.trainer.hard_stop == recipe.trainer.hard_stop and config.init_seed == recipe.init_seed
