@@ -7,8 +7,8 @@ block config serves every layer of a `TransformerConfig` (its presets `olmo2_1B_
 ...: `with_position_modes` swaps it in):
 
 - a `rope` layer is OLMo-core's own `Attention`, built by `AttentionConfig.build` (state and numerics stock);
-- a `nope` or `repo` layer is that same module (sliding window, backend, q/k norms, dtype, as OLMo-core chose
-  them) given the class `RepoAttention`: its RoPE module is dropped, and in `repo` layers the RePo core
+- a `nope` or `repo` layer is a `RepoAttention`, constructed with the arguments OLMo-core's `build` gives its
+  own (sliding window, backend, q/k norms, dtype) but no RoPE module; in `repo` layers the RePo core
   (`olmo_repo.rope.RepoLayer`) adds f_phi (`gate_map`, `content_map`, `final_map`: direct children, so
   checkpoints name them `blocks.{i}.attention.gate_map.weight`) and rotates q and k by the positions it
   predicts from the attention's input x. OLMo-2/3 blocks are `reordered_norm`: x is the residual stream, the
@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor, Placement, Shard, distribute_tenso
 
 from ..modes import F_PHI_WEIGHTS, PositionMode, check_position_modes, layer_modes
 from ..rope import RepoLayer, rank_kv_heads
+from ..upstream.olmo_core import attention_kwargs
 
 __all__ = ["RepoAttention", "RepoAttentionConfig", "attention_config", "with_position_modes"]
 
@@ -120,29 +121,37 @@ class RepoAttentionConfig(AttentionConfig):
             return stock.build(
                 d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
             )
-        # OLMo-core builds the module (window, backend, norms); it becomes a RePo/NoPE attention without RoPE.
-        att = dataclasses.replace(stock, rope=None).build(
-            d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
+        # OLMo-core's own arguments (window, backend, norms, dtype) without its RoPE module.
+        kwargs = attention_kwargs(
+            dataclasses.replace(stock, rope=None),
+            d_model,
+            layer_idx=layer_idx,
+            n_layers=n_layers,
+            init_device=init_device,
+            cache=cache,
         )
-        assert type(att) is Attention, type(att)
-        att.__class__ = RepoAttention  # OLMo-core 3.0.0 internals: olmo_repo.upstream.olmo_core (canaries)
-        att.repo_rope = self.rope  # its theta and scaling (YaRN, PI, ...) give the rotation's frequencies
-        att.init_repo(
-            mode,
-            layer_id=layer_idx,
-            d_model=d_model,
-            n_kv_heads=att.n_kv_heads,
-            head_dim=att.head_dim,
-            rope_theta=None if self.rope is None else float(self.rope.theta),
-            device=init_device,
-            dtype=self.dtype.as_pt(),
-        )
-        return att
+        return RepoAttention(mode, layer_idx, self.rope, **kwargs)
 
 
 class RepoAttention(Attention, RepoLayer):
     """OLMo-core's `Attention` of a `nope` or `repo` layer: no RoPE module; in `repo` layers q and k are rotated
     by the positions f_phi predicts from the attention's input."""
+
+    def __init__(self, pe_mode: PositionMode, layer_idx: int, rope: RoPEConfig | None, **kwargs: Any):
+        """OLMo-core's `Attention(**kwargs)` (built without RoPE), then the RePo core for `pe_mode`; `rope` (the
+        layer's RoPE config, unbuilt) gives the rotation's frequencies: its theta and scaling (YaRN, PI, ...)."""
+        super().__init__(**kwargs)
+        self.repo_rope = rope
+        self.init_repo(
+            pe_mode,
+            layer_id=layer_idx,
+            d_model=kwargs["d_model"],
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            rope_theta=None if rope is None else float(rope.theta),
+            device=kwargs["init_device"],
+            dtype=kwargs["dtype"],
+        )
 
     def _prepare_qkv(self, x: Tensor, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
         # The private step OLMo-core rotates in (3.0.0; canary: olmo_repo.upstream.olmo_core).
@@ -176,8 +185,6 @@ class RepoAttention(Attention, RepoLayer):
                 linear = getattr(self, name)
                 weight = distribute_tensor(linear.weight.data, tp_mesh, [placement])
                 linear.register_parameter("weight", nn.Parameter(weight, linear.weight.requires_grad))
-
-    repo_rope: RoPEConfig | None
 
     def rope_frequencies(self, device: torch.device) -> tuple[Tensor, float]:
         """OLMo-core's inverse frequencies [head_dim / 2] and attention factor for this layer's RoPE config:

@@ -7,9 +7,9 @@ What OLMo-core lacks, and what `olmo_repo.olmocore.attention` does about it:
   `Attention._prepare_qkv` (q, k, v projected, normed and, in stock layers, rotated by RoPE) and rotates by
   RePo positions there, before any backend sees q and k.
 - No way to build an attention of another class with OLMo-core's own choices (backend, sliding window, norms,
-  dtype). `RepoAttentionConfig.build` lets `AttentionConfig.build` make the module without RoPE and then
-  gives it the class `RepoAttention` (which adds no state of its own besides the RePo core's), relying on
-  `build` returning a plain `Attention` whose `__init__` is the one read here.
+  dtype): `AttentionConfig.build` computes `Attention`'s keyword arguments and calls the class by name.
+  `attention_kwargs` restates that computation for the default attention (the only one a RePo or NoPE layer
+  takes), so that `RepoAttentionConfig.build` constructs `RepoAttention` with OLMo-core's own arguments.
 - `Attention.apply_tp` and `Attention.init_weights` know only OLMo-core's projections: `RepoAttention` calls
   them, then plans and initialises f_phi's.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CANARIES", "VERSION", "truncated_files"]
+__all__ = ["CANARIES", "VERSION", "attention_kwargs", "truncated_files"]
 
 VERSION = "3.0.0"
 
@@ -39,6 +39,35 @@ CANARIES = {  # source hashes on ai2-olmo-core==3.0.0
     "olmo_core.nn.attention.Attention.init_weights": "cef70febea03d9ac",
     "torch.distributed.checkpoint.filesystem._StorageInfo": "74febf0cc7db965c",
 }
+
+
+def attention_kwargs(
+    config: Any, d_model: int, *, layer_idx: int, n_layers: int, init_device: str, cache: Any
+) -> dict[str, Any]:
+    """The keyword arguments `AttentionConfig.build` passes to `Attention` for the default attention (`config.name
+    == "default"`), restated from ai2-olmo-core 3.0.0: the config's fields that are set (the `AttentionConfig`
+    fields only: a subclass's own keys are not `Attention`'s), the layer's window where the sliding-window config
+    gives this layer one (else no global RoPE where `rope.no_global_rope`), the dtype as torch's, no
+    `attention_sinks` unless on, and no fused-v2-only MXFP8 flag (refused when on, as `build` refuses it)."""
+    from dataclasses import fields
+
+    from olmo_core.exceptions import OLMoConfigurationError
+    from olmo_core.nn.attention import AttentionConfig
+
+    names = {f.name for f in fields(AttentionConfig)} - {"name"}
+    kwargs = {k: v for k, v in config.as_dict(exclude_none=True, recurse=False).items() if k in names}
+    window = kwargs.pop("sliding_window", None)
+    if window is not None and window.should_use_swa(layer_idx, n_layers):
+        kwargs["window_size"] = window.get_window_size(layer_idx, n_layers)
+    elif kwargs.get("rope") is not None and kwargs["rope"].no_global_rope:
+        kwargs["rope"] = None
+    kwargs.update(dtype=kwargs.pop("dtype").as_pt(), d_model=d_model, init_device=init_device, cache=cache)
+    if not kwargs.get("attention_sinks", False):
+        kwargs.pop("attention_sinks", None)
+    for key in ("mxfp8_projections", "mxfp8_qkv_projection", "mxfp8_out_projection"):
+        if kwargs.pop(key, None):
+            raise OLMoConfigurationError(f"['{key}'] are only supported by fused_v2 attention")
+    return kwargs
 
 
 def truncated_files(directory: Path, metadata: Any) -> list[tuple[Path, int, int]]:

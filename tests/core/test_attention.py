@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -53,6 +54,48 @@ def test_layers_take_the_modes_rule(mode, start, ids):
         names = {k for k in model.state_dict() if k.startswith(f"blocks.{i}.")}
         f_phi = {f"blocks.{i}.attention.{n}.weight" for n in F_PHI_WEIGHTS}
         assert names - stock == (f_phi if want == "repo" else set())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(qk_norm=True),  # OLMo 2: full-width q/k norm, MHA
+        dict(n_kv_heads=2, use_head_qk_norm=True, head_dim=48),  # Qwen 3: per-head norm, head width != d / H
+        dict(
+            sliding_window=SlidingWindowAttentionConfig(
+                pattern=[16, -1], force_full_attention_on_last_layer=True
+            )
+        ),
+        dict(n_kv_heads=1, bias=True, clip_qkv=8.0, dropout=0.0, attention_sinks=True),
+    ],
+)
+def test_a_repo_or_nope_layer_is_what_olmo_cores_build_makes_without_rope(options):
+    """`RepoAttention` is constructed with the arguments OLMo-core's `AttentionConfig.build` gives its own
+    `Attention` (restated in `olmo_repo.upstream.olmo_core.attention_kwargs`): every attribute and every tensor
+    of a stock layer built without RoPE, in each layer (windows differ by layer), plus the RePo core's."""
+    from olmo_core.nn.attention import AttentionConfig
+    from olmo_core.nn.layer_norm import LayerNormConfig
+
+    if options.pop("qk_norm", False) or options.get("use_head_qk_norm"):
+        options["qk_norm"] = LayerNormConfig(name="rms", eps=1e-6)
+    stock = AttentionConfig(n_heads=4, rope=RoPEConfig(theta=10_000), **options)
+    repo = RepoAttentionConfig(**{**stock.as_dict(recurse=False), "pe_mode": "nope"})
+    for layer in range(3):
+        torch.manual_seed(layer)
+        a = dataclasses.replace(stock, rope=None).build(128, layer_idx=layer, n_layers=3, init_device="cpu")
+        torch.manual_seed(layer)
+        b = repo.build(128, layer_idx=layer, n_layers=3, init_device="cpu")
+        assert type(b) is RepoAttention and b.pe_mode == "nope"
+        core = ("pe_mode", "layer_id", "repo_head_dim", "repo_rope_theta", "repo_rope")
+        ours = {k: repr(v) for k, v in vars(b).items() if k not in (*core, "_modules", "_parameters")}
+        assert ours == {k: repr(v) for k, v in vars(a).items() if k not in ("_modules", "_parameters")}, layer
+        assert {k: repr(v) for k, v in b.named_children()} == {k: repr(v) for k, v in a.named_children()}
+        theirs = a.state_dict()
+        assert {k: (v.shape, v.dtype) for k, v in b.state_dict().items()} == {
+            k: (v.shape, v.dtype) for k, v in theirs.items()
+        }
+        for key, value in b.state_dict().items():  # `sinks` is torch.empty until init_weights
+            assert key == "sinks" or torch.equal(value, theirs[key]), key
 
 
 def test_config_round_trips_and_is_registered():
