@@ -18,7 +18,10 @@ Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_llam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaForCausalLM,
@@ -30,7 +33,13 @@ from transformers.models.llama.modeling_llama import (
 from .configuration_repo_llama import RepoLlamaConfig
 from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin, heads
 
-__all__ = ["RepoLlamaAttention", "RepoLlamaForCausalLM", "RepoLlamaModel"]
+__all__ = [
+    "RepoLlamaAttention",
+    "RepoLlamaCausalLMOutputWithPast",
+    "RepoLlamaForCausalLM",
+    "RepoLlamaModel",
+    "RepoLlamaModelOutputWithPast",
+]
 
 
 class RepoLlamaAttention(RepoAttentionMixin, LlamaAttention):
@@ -45,6 +54,20 @@ class RepoLlamaAttention(RepoAttentionMixin, LlamaAttention):
         return q, k, v
 
 
+@dataclass
+class RepoLlamaModelOutputWithPast(BaseModelOutputWithPast):
+    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
+@dataclass
+class RepoLlamaCausalLMOutputWithPast(CausalLMOutputWithPast):
+    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
 class RepoLlamaPreTrainedModel(LlamaPreTrainedModel):
     config: RepoLlamaConfig
     config_class = RepoLlamaConfig
@@ -54,9 +77,11 @@ class RepoLlamaModel(RepoDecoderMixin, RepoLlamaPreTrainedModel, LlamaModel):
     """`LlamaModel` whose `nope`/`repo` layers use `RepoLlamaAttention`."""
 
     attention_class = RepoLlamaAttention
+    output_class = RepoLlamaModelOutputWithPast
 
 
 class RepoLlamaForCausalLM(RepoCausalLMMixin, RepoLlamaPreTrainedModel, LlamaForCausalLM):
     """`LlamaForCausalLM` over a `RepoLlamaModel`."""
 
     decoder_class = RepoLlamaModel
+    output_class = RepoLlamaCausalLMOutputWithPast

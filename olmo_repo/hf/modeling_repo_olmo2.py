@@ -189,10 +189,10 @@ class RepoOlmo2CausalLMOutputWithPast(CausalLMOutputWithPast):
 class RepoDecoderMixin:
     """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`, `LlamaModel`,
     `Qwen3Model`): its `nope`/`repo` layers get `attention_class` in place of the stock attention its decoder
-    layers built, and `output_positions=True` returns `RepoOlmo2ModelOutputWithPast` (the stock output plus
-    `positions`)."""
+    layers built, and `output_positions=True` returns `output_class` (the stock output plus `positions`)."""
 
     attention_class: type[nn.Module]
+    output_class: type[BaseModelOutputWithPast]
 
     def __init__(self, config: PretrainedConfig):
         super().__init__(config)
@@ -202,18 +202,19 @@ class RepoDecoderMixin:
         self.post_init()  # initialises only the new modules
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """The stock decoder's forward; `output_positions=True` returns a `RepoOlmo2ModelOutputWithPast`."""
+        """The stock decoder's forward; `output_positions=True` returns an `output_class`."""
         return forward_with_positions(
-            super().forward, self, RepoOlmo2ModelOutputWithPast, output_positions, args, kwargs
+            super().forward, self, self.output_class, output_positions, args, kwargs
         )
 
 
 class RepoCausalLMMixin:
     """The causal LM of a RePo model, mixed into transformers' (`Olmo2ForCausalLM`, `Olmo3ForCausalLM`,
     `LlamaForCausalLM`, `Qwen3ForCausalLM`): built over `decoder_class` directly, and `output_positions=True`
-    returns `RepoOlmo2CausalLMOutputWithPast`."""
+    returns `output_class`."""
 
     decoder_class: type[nn.Module]
+    output_class: type[CausalLMOutputWithPast]
 
     def __init__(self, config: PretrainedConfig):
         # The stock __init__ would build a stock decoder first; build the RePo one directly. Restated from
@@ -226,9 +227,9 @@ class RepoCausalLMMixin:
         self.post_init()
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
-        """The stock forward; `output_positions=True` returns a `RepoOlmo2CausalLMOutputWithPast`."""
+        """The stock forward; `output_positions=True` returns an `output_class`."""
         return forward_with_positions(
-            super().forward, self, RepoOlmo2CausalLMOutputWithPast, output_positions, args, kwargs
+            super().forward, self, self.output_class, output_positions, args, kwargs
         )
 
 
@@ -241,9 +242,11 @@ class RepoOlmo2Model(RepoDecoderMixin, RepoOlmo2PreTrainedModel, Olmo2Model):
     """`Olmo2Model` whose `nope`/`repo` layers use `RepoOlmo2Attention`."""
 
     attention_class = RepoOlmo2Attention
+    output_class = RepoOlmo2ModelOutputWithPast
 
 
 class RepoOlmo2ForCausalLM(RepoCausalLMMixin, RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
     """`Olmo2ForCausalLM` over a `RepoOlmo2Model`."""
 
     decoder_class = RepoOlmo2Model
+    output_class = RepoOlmo2CausalLMOutputWithPast

@@ -18,9 +18,11 @@ Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configur
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.olmo3.modeling_olmo3 import (
     Olmo3Attention,
     Olmo3ForCausalLM,
@@ -32,7 +34,13 @@ from transformers.models.olmo3.modeling_olmo3 import (
 from .configuration_repo_olmo3 import RepoOlmo3Config
 from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin
 
-__all__ = ["RepoOlmo3Attention", "RepoOlmo3ForCausalLM", "RepoOlmo3Model"]
+__all__ = [
+    "RepoOlmo3Attention",
+    "RepoOlmo3CausalLMOutputWithPast",
+    "RepoOlmo3ForCausalLM",
+    "RepoOlmo3Model",
+    "RepoOlmo3ModelOutputWithPast",
+]
 
 
 class RepoOlmo3Attention(RepoAttentionMixin, Olmo3Attention):
@@ -49,6 +57,20 @@ class RepoOlmo3Attention(RepoAttentionMixin, Olmo3Attention):
         )
 
 
+@dataclass
+class RepoOlmo3ModelOutputWithPast(BaseModelOutputWithPast):
+    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
+@dataclass
+class RepoOlmo3CausalLMOutputWithPast(CausalLMOutputWithPast):
+    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
 class RepoOlmo3PreTrainedModel(Olmo3PreTrainedModel):
     config: RepoOlmo3Config
     config_class = RepoOlmo3Config
@@ -58,9 +80,11 @@ class RepoOlmo3Model(RepoDecoderMixin, RepoOlmo3PreTrainedModel, Olmo3Model):
     """`Olmo3Model` whose `nope`/`repo` layers use `RepoOlmo3Attention`."""
 
     attention_class = RepoOlmo3Attention
+    output_class = RepoOlmo3ModelOutputWithPast
 
 
 class RepoOlmo3ForCausalLM(RepoCausalLMMixin, RepoOlmo3PreTrainedModel, Olmo3ForCausalLM):
     """`Olmo3ForCausalLM` over a `RepoOlmo3Model`."""
 
     decoder_class = RepoOlmo3Model
+    output_class = RepoOlmo3CausalLMOutputWithPast

@@ -21,7 +21,10 @@ Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_qwen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
     Qwen3ForCausalLM,
@@ -33,7 +36,13 @@ from transformers.models.qwen3.modeling_qwen3 import (
 from .configuration_repo_qwen3 import RepoQwen3Config
 from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin, heads
 
-__all__ = ["RepoQwen3Attention", "RepoQwen3ForCausalLM", "RepoQwen3Model"]
+__all__ = [
+    "RepoQwen3Attention",
+    "RepoQwen3CausalLMOutputWithPast",
+    "RepoQwen3ForCausalLM",
+    "RepoQwen3Model",
+    "RepoQwen3ModelOutputWithPast",
+]
 
 
 class RepoQwen3Attention(RepoAttentionMixin, Qwen3Attention):
@@ -50,6 +59,20 @@ class RepoQwen3Attention(RepoAttentionMixin, Qwen3Attention):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
+@dataclass
+class RepoQwen3ModelOutputWithPast(BaseModelOutputWithPast):
+    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
+@dataclass
+class RepoQwen3CausalLMOutputWithPast(CausalLMOutputWithPast):
+    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+
+    positions: dict[int, Tensor] | None = None
+
+
 class RepoQwen3PreTrainedModel(Qwen3PreTrainedModel):
     config: RepoQwen3Config
     config_class = RepoQwen3Config
@@ -59,9 +82,11 @@ class RepoQwen3Model(RepoDecoderMixin, RepoQwen3PreTrainedModel, Qwen3Model):
     """`Qwen3Model` whose `nope`/`repo` layers use `RepoQwen3Attention`."""
 
     attention_class = RepoQwen3Attention
+    output_class = RepoQwen3ModelOutputWithPast
 
 
 class RepoQwen3ForCausalLM(RepoCausalLMMixin, RepoQwen3PreTrainedModel, Qwen3ForCausalLM):
     """`Qwen3ForCausalLM` over a `RepoQwen3Model`."""
 
     decoder_class = RepoQwen3Model
+    output_class = RepoQwen3CausalLMOutputWithPast
