@@ -22,6 +22,9 @@ from pathlib import Path
 from ..errors import RepoError
 from ..integrity import require_model_dir
 from ..output import check_distinct, check_replaceable
+from ..upstream.olmo_core import quiet_optional_backends
+
+quiet_optional_backends()  # OLMo-core's commands: their output and their one-line errors without its TE warning
 
 __all__ = ["check_input", "fail", "from_hf_command", "positive_int", "run", "user_errors"]
 

@@ -13,6 +13,10 @@ What OLMo-core lacks, and what `olmo_repo.olmocore.attention` does about it:
 - `Attention.apply_tp` and `Attention.init_weights` know only OLMo-core's projections: `RepoAttention` calls
   them, then plans and initialises f_phi's.
 
+- Importing `olmo_core.nn.attention` logs a warning where transformer_engine is missing (every CPU machine and
+  most GPU ones; this project never uses TE attention), ahead of every command's output and its one-line error:
+  `quiet_optional_backends` raises that module's logger to ERROR.
+
 - torch.distributed.checkpoint (OLMo-core's checkpoint format) finds a checkpoint file cut short only when it
   reads it, as a traceback in the middle of a run: `Metadata.storage_data` maps every stored item to the private
   `_StorageInfo` (file, offset, length), from which `truncated_files` tells before anything is loaded.
@@ -24,10 +28,18 @@ this module and `olmo_repo.olmocore.attention` are read against the new code.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CANARIES", "VERSION", "attention_kwargs", "truncated_files"]
+__all__ = [
+    "CANARIES",
+    "TE_LOGGER",
+    "VERSION",
+    "attention_kwargs",
+    "quiet_optional_backends",
+    "truncated_files",
+]
 
 VERSION = "3.0.0"
 
@@ -39,6 +51,14 @@ CANARIES = {  # source hashes on ai2-olmo-core==3.0.0
     "olmo_core.nn.attention.Attention.init_weights": "cef70febea03d9ac",
     "torch.distributed.checkpoint.filesystem._StorageInfo": "74febf0cc7db965c",
 }
+
+
+TE_LOGGER = "olmo_core.nn.attention.te_attn_api"  # logs "transformer_engine unavailable" at import
+
+
+def quiet_optional_backends() -> None:
+    """No "transformer_engine unavailable, disabling TE attention" warning when OLMo-core is imported."""
+    logging.getLogger(TE_LOGGER).setLevel(logging.ERROR)
 
 
 def attention_kwargs(

@@ -267,6 +267,20 @@ def test_a_missing_input_is_refused_before_olmo_core_loads(tmp_path, name, args)
     assert not out.exists()
 
 
+def test_an_error_after_olmo_core_loaded_is_still_the_commands_one_line(tmp_path):
+    """OLMo-core logs "transformer_engine unavailable" when its attention is imported (no TE on CPU machines):
+    not ahead of a command's one-line error (`olmo_repo.upstream.olmo_core.quiet_optional_backends`)."""
+    command = [sys.executable, str(ROOT / "scripts" / "core_train.py"), str(ROOT / "configs" / "olmocore" /
+               "tiny-stage2-repo.py"), f"--save-folder={tmp_path / 'out'}", f"--data-root={tmp_path / 'no-data'}"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr == (
+        f"core_train.py: error: dataset.paths: {tmp_path / 'no-data' / 'stage2.npy'} does not exist "
+        "(pass --data-root, or build the data first)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_run_folder_where_a_checkpoint_is_needed_names_its_latest(tmp_path, capsys):
     """A run's folder instead of its stepN/: one line naming the checkpoint to pass."""
     from olmo_repo.olmocore.checkpoint import MODEL_AND_OPTIM
