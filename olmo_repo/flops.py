@@ -1,4 +1,4 @@
-"""Training cost of a model config, with the paper's convention.
+"""Training cost of a model, with the paper's convention.
 
 Training FLOPs = 6 * N * D: D training tokens, N the parameters without the input embedding (OLMo's
 `num_params(include_embedding=False)`: the untied output projection counts, the embedding lookup does not),
@@ -7,23 +7,39 @@ count that reproduces the paper's figures for OLMo-2 1B at 50B tokens to three d
 (N = 1,279,395,840) and 3.87e20 for RePo (N + 11,579,392 f_phi weights, the "+0.9%"). Counting the
 embedding too would give 4.45e20 / 4.49e20.
 
-Parameters are counted on a model built on the meta device: no memory, any size.
+Parameters are counted on a model built on the meta device: no memory, any size. One count for every model
+(`_count`: each parameter once, so a tied output projection is the embedding, less the input embedding's
+weight), built from an ai2-olmo model config (`parameter_count`) or from a transformers config of any family,
+stock or RePo (`hf_parameter_count`: OLMo 2/3, Llama, Qwen 3, as `olmo_repo.hf.read_hf_config` reads an HF
+directory).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from olmo.config import ModelConfig
+import torch
+from torch import nn
 
 from .errors import RepoError
 from .modes import F_PHI_WEIGHTS
-from .registry import build_model
 from .tables import markdown_table
 
-__all__ = ["ParameterCount", "flops_table", "parameter_count", "training_flops"]
+if TYPE_CHECKING:  # ai2-olmo and transformers load only where a count of theirs is asked for
+    from olmo.config import ModelConfig
+    from transformers import PretrainedConfig
+
+__all__ = [
+    "ParameterCount",
+    "flops_table",
+    "hf_parameter_count",
+    "parameter_count",
+    "training_flops",
+    "training_model_config",
+]
 
 
 @dataclass(frozen=True)
@@ -48,11 +64,32 @@ class ParameterCount:
         return 6.0 * (self.non_embedding if with_repo else self.non_embedding - self.repo) * tokens
 
 
+def _count(model: nn.Module, embedding: nn.Parameter) -> ParameterCount:
+    """The count of a built `model` whose input embedding is `embedding` (see the module docstring)."""
+    params = dict(model.named_parameters())  # each tensor once: a tied output projection is the embedding
+    total = sum(p.numel() for p in params.values())
+    repo = sum(p.numel() for name, p in params.items() if name.split(".")[-2] in F_PHI_WEIGHTS)
+    return ParameterCount(total, total - embedding.numel(), repo)
+
+
 def parameter_count(model_config: ModelConfig) -> ParameterCount:
-    """Count the parameters of `model_config` (built on the meta device; the config is not modified)."""
+    """Count the parameters of an ai2-olmo `model_config` (built on the meta device; the config is not
+    modified)."""
+    from .registry import build_model
+
     model = build_model(dataclasses.replace(model_config, init_device="meta"))
-    repo = sum(p.numel() for name, p in model.named_parameters() if name.split(".")[-2] in F_PHI_WEIGHTS)
-    return ParameterCount(model.num_params(), model.num_params(include_embedding=False), repo)
+    return _count(model, model.transformer.wte.weight)
+
+
+def hf_parameter_count(config: PretrainedConfig) -> ParameterCount:
+    """Count the parameters of the causal LM that transformers' Auto class builds for `config` (any family this
+    project reads; the RePo ones are registered by `olmo_repo.hf`, whose modules their configs are), built on
+    the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return _count(model, model.get_input_embeddings().weight)
 
 
 def training_flops(model_config: ModelConfig, tokens: float) -> float:
@@ -60,15 +97,14 @@ def training_flops(model_config: ModelConfig, tokens: float) -> float:
     return parameter_count(model_config).training_flops(tokens)
 
 
-def flops_table(config_paths: Sequence[str], tokens: float) -> str:
-    """A Markdown table of the training configs at `config_paths`: N, f_phi's parameters and share, and the
-    training FLOPs at `tokens` tokens without and with f_phi. `RepoError` naming a file that cannot be read."""
+def flops_table(counts: Mapping[str, ParameterCount], tokens: float) -> str:
+    """A Markdown table of {name: count} (training configs, HF directories): N, f_phi's parameters and share,
+    and the training FLOPs at `tokens` tokens without and with f_phi."""
     rows = []
-    for path in config_paths:
-        count = parameter_count(_model_config(path))
+    for name, count in counts.items():
         rows.append(
             [
-                path,
+                name,
                 f"{count.non_embedding:,}",
                 f"{count.repo:,}",
                 f"{100 * count.repo_overhead:.3g}%",
@@ -76,15 +112,15 @@ def flops_table(config_paths: Sequence[str], tokens: float) -> str:
                 _sci(count.training_flops(tokens)),
             ]
         )
-    header = ["config", "N", "f_phi", "f_phi / rest", "FLOPs without f_phi", "FLOPs"]
+    header = ["model", "N", "f_phi", "f_phi / rest", "FLOPs without f_phi", "FLOPs"]
     return (
         f"Training FLOPs at {_sci(tokens)} tokens (6 N D, N = non-embedding parameters)\n\n"
         + markdown_table(header, rows)
     )
 
 
-def _model_config(path: str) -> ModelConfig:
-    """The model of the training config `path`; RepoError naming the file when it cannot be read."""
+def training_model_config(path: str) -> ModelConfig:
+    """The model of the ai2-olmo training config `path`; RepoError naming the file when it cannot be read."""
     from olmo.exceptions import OLMoConfigurationError
 
     from .config import RepoTrainConfig

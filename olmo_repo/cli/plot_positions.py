@@ -24,8 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "model",
         metavar="MODEL",
-        help="a Hugging Face directory of this project (repo_olmo2, repo_olmo3) or an unsharded OLMo checkpoint "
-        "directory of this project (config.yaml + model.pt; converted on the fly)",
+        help="a Hugging Face directory of a RePo model (repo_olmo2, repo_olmo3, repo_llama, repo_qwen3) or an "
+        "unsharded OLMo checkpoint directory of this project (config.yaml + model.pt; converted on the fly)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text to position")

@@ -141,21 +141,26 @@ def plot_head_positions(
 ) -> Path:
     """Plot the positions that key/value head `head` of RePo layer `layer` (default: the first) predicts for the
     first `max_tokens` tokens of `text` against the token index, each token as a label, into the PNG `out`
-    (replaced only with `force`, and only if it is a PNG). `model_dir`: an HF directory, or an unsharded OLMo
-    checkpoint of this project (converted on the fly). Grouped-query attention: one position per key/value
+    (replaced only with `force`, and only if it is a PNG). `model_dir`: an HF directory of a RePo model (any
+    family), or an unsharded OLMo checkpoint of this project (converted on the fly). Grouped-query attention: one position per key/value
     head, shared by its query heads. Raises ValueError naming the layer or head; nothing is written then."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..hf.convert import as_hf_dir
     from ..integrity import require_model_dir
+    from ..modes import repo_layer_ids
     from ..output import PNG_SIGNATURE, check_replaceable_file
+    from .loading import read_config
 
     check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
     require_model_dir(model_dir)  # missing, not a model or a damaged file: before anything loads
     with as_hf_dir(model_dir) as hf_dir:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(device)
+        config = read_config(hf_dir)  # the one reader: any family, its position keys and f_phi checked
+        if not repo_layer_ids(config):  # before the weights load
+            raise ValueError(f"{model_dir} has no RePo layer: there are no learned positions to plot")
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, config=config, dtype=torch.float32).to(device)
         tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     positions, tokens = text_positions(model, tokenizer, text, max_tokens)  # {layer: [H_kv, T]}
     layer = min(positions) if layer is None else layer

@@ -13,9 +13,11 @@ and for the RePo layers alone.
 
 Weights come from eager attention (the model is switched to `eager` for the forward and back afterwards).
 Forward hooks keep only the last query row of each layer ([B, H, T] instead of [B, H, T, T] per layer), so a
-4K prompt costs one layer's attention matrix at a time. Works on stock Olmo2 and on this project's
-`repo_olmo2` (RePo, NoPE, hybrids), and on OLMo 3 (`olmo3`, `repo_olmo3`): their attentions are `Olmo2Attention`s
-or `Olmo3Attention`s that return their weights.
+4K prompt costs one layer's attention matrix at a time. The attentions are reached through
+`olmo_repo.hf.attention_modules` (each decoder layer's `self_attn`), so every family reads the same: OLMo 2/3,
+Llama and Qwen 3, stock or RePo (RePo, NoPE, hybrids). Their eager weights have one row per query head: with
+grouped-query attention each key/value head's keys are repeated for its query group, and the heads averaged here
+are the query heads.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
-from transformers.models.olmo3.modeling_olmo3 import Olmo3Attention
 
+from ..hf import attention_modules
 from ..modes import repo_layer_ids
 from ..tables import markdown_table
 from ..upstream.transformers import attn_implementation
@@ -97,7 +98,7 @@ class AttentionMass:
     per_layer: Tensor
     """[L, 3] float64: columns in `GROUPS` order; plain weights (multiply by 100 for the paper's x1e-2)."""
     repo_layers: tuple[int, ...]
-    """The model's RePo layers (empty for RoPE, NoPE and stock Olmo2)."""
+    """The model's RePo layers (empty for RoPE, NoPE and stock models)."""
 
     def reduce(self, layers: Sequence[int] | None = None) -> dict[str, float]:
         """{group: mean over `layers` (default: all)} in plain weights."""
@@ -128,21 +129,19 @@ def _eager(model: PreTrainedModel) -> Iterator[None]:
 
 
 @contextmanager
-def _last_rows(model: nn.Module) -> Iterator[dict[int, Tensor]]:
+def _last_rows(model: PreTrainedModel) -> Iterator[dict[int, Tensor]]:
     """Collect {layer: attention weights of the last query token [B, H, T]} while the model runs."""
     rows: dict[int, Tensor] = {}
 
-    def keep(
-        module: Olmo2Attention | Olmo3Attention, _args: object, out: tuple[Tensor, Tensor | None]
-    ) -> None:
+    def keep(layer: int, out: tuple[Tensor, Tensor | None]) -> None:
         if out[1] is None:
-            raise RuntimeError(
-                f"layer {module.layer_idx} returned no attention weights (not eager attention)"
-            )
-        rows[module.layer_idx] = out[1][:, :, -1, :].detach()  # [B, H, T, T] -> [B, H, T]
+            raise RuntimeError(f"layer {layer} returned no attention weights (not eager attention)")
+        rows[layer] = out[1][:, :, -1, :].detach()  # [B, H, T, T] -> [B, H, T], H query heads
 
-    attentions = [m for m in model.modules() if isinstance(m, Olmo2Attention | Olmo3Attention)]
-    hooks = [m.register_forward_hook(keep) for m in attentions]
+    hooks = [
+        m.register_forward_hook(lambda _m, _args, out, i=i: keep(i, out))
+        for i, m in enumerate(attention_modules(model))
+    ]
     try:
         yield rows
     finally:
@@ -158,7 +157,7 @@ def attention_mass(
     needle_spans: Sequence[Span],
     query_span: Span,
 ) -> AttentionMass:
-    """Attention mass of one NIAH prompt under an HF Olmo2 / repo_olmo2 model.
+    """Attention mass of one NIAH prompt under an HF model of any family here (stock or RePo).
 
     `needle_spans` (one per needle) and `query_span` are character spans [start, end) of `prompt`; a fast
     tokenizer maps them to tokens through its offsets. The prompt is tokenized as the tokenizer does by

@@ -16,7 +16,8 @@ positions use (the paper: it grows with the context but stays far below it; RoPE
 `spans_by_length` measures it at several context lengths in one forward pass: the model is causal, so the
 positions of the first T tokens of a longer input are those of the T-token input.
 
-`text_positions`, `batch_positions` and `spans_by_length` run an HF `repo_olmo2` model (`output_positions=True`); the rest is
+`text_positions`, `batch_positions` and `spans_by_length` run an HF RePo model of any family (`repo_olmo2`,
+`repo_olmo3`, `repo_llama`, `repo_qwen3`: `output_positions=True`, one position per key/value head); the rest is
 plain tensor arithmetic on {layer: positions [B, H, T]}.
 """
 
@@ -137,8 +138,8 @@ def heads_of_positions(config: Any) -> str:
 def text_positions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, max_tokens: int | None = None
 ) -> tuple[dict[int, Tensor], list[str]]:
-    """Positions the RePo layers of an HF `repo_olmo2` model predict for `text` (its first `max_tokens`
-    tokens): ({layer: [H, T] float32}, the text of every token, for labels)."""
+    """Positions the RePo layers of an HF RePo model predict for `text` (its first `max_tokens` tokens):
+    ({layer: [H_kv, T] float32}, the text of every token, for labels)."""
     enc = tokenizer(text, return_offsets_mapping=True)
     ids = enc["input_ids"][:max_tokens]
     if not ids:

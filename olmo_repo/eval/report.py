@@ -28,13 +28,11 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from .. import flops, output
-from ..hf import read_hf_config
-from ..hf.mapping import olmo_config_from_hf
 from ..modes import repo_layer_ids
 from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section
-from .loading import load_model, training_length, yarn_factor
+from .loading import load_model, read_config, training_length, yarn_factor
 from .variants import RULER_SEED
 
 __all__ = ["niah_scores", "niah_section", "report_sections", "write_report"]
@@ -108,7 +106,7 @@ def niah_section(
 def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
     rows = []
     for name, hf_dir in models.items():
-        count = flops.parameter_count(olmo_config_from_hf(read_hf_config(hf_dir)))
+        count = flops.hf_parameter_count(read_config(hf_dir))
         rows.append(
             [
                 name,
@@ -133,12 +131,12 @@ def report_sections(
     seed: int = RULER_SEED,
     done: int = 0,
 ) -> Iterator[str]:
-    """Evaluate `models` ({name: HF directory}, the same training length) and yield each Markdown section of
+    """Evaluate `models` ({name: HF directory of any family}, the same training length) and yield each Markdown section of
     the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
     `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
     count of the FLOPs table (none: no table). `done`: how many sections the caller holds already from an
     interrupted evaluation with the same inputs (with their figures); those are neither computed nor yielded."""
-    configs = {name: read_hf_config(d) for name, d in models.items()}
+    configs = {name: read_config(d) for name, d in models.items()}
     trained = {training_length(c) for c in configs.values()}
     if len(trained) != 1:
         raise ValueError(

@@ -93,11 +93,10 @@ def evaluate_request(request: EvalRequest) -> Evaluation:
     """Check `request`, then evaluate it (see the module docstring); writes nothing."""
     check_request(request)
     import torch
-    from transformers import AutoConfig
 
     from ..hf.convert import as_hf_dir
     from ..upstream import lm_eval
-    from .loading import training_length
+    from .loading import read_config, training_length, yarn_overrides
 
     lm_eval.quiet()  # lm-eval's per-task notes on custom datasets are noise here; its errors still show
     device = request.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -105,6 +104,9 @@ def evaluate_request(request: EvalRequest) -> Evaluation:
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     with as_hf_dir(request.model) as hf_dir:
+        config = read_config(hf_dir)  # a family evaluation does not take: one line, before the tokenizer
+        for length in request.lengths:  # a length YaRN cannot reach (a RoPE scaled otherwise): before weights
+            yarn_overrides(config, length, request.yarn, source=f"{request.model}/config.json")
         tokenizer = _tokenizer(request.model, hf_dir)
         stages, refused = plan_stages(request)
         check_prompts(request, tokenizer, stages)  # a length a task cannot build stops here, before weights
@@ -112,7 +114,7 @@ def evaluate_request(request: EvalRequest) -> Evaluation:
             from . import suite
 
             print(suite.refusal(refused), file=sys.stderr)
-        training = training_length(AutoConfig.from_pretrained(hf_dir))
+        training = training_length(config)
         evaluation = Evaluation(_results_head(request, training))
         for length, tasks in stages:
             if tasks:  # none: every suite task of this length was refused

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import AutoConfig
 
-from .loading import yarn_overrides
+from .loading import read_config, yarn_overrides
 
 __all__ = ["load_vllm", "release"]
 
@@ -40,8 +40,7 @@ def load_vllm(
     from ..upstream.vllm import lm_eval_vllm_class
 
     VLLM = lm_eval_vllm_class()
-    config = AutoConfig.from_pretrained(hf_dir)
-    overrides = yarn_overrides(config, length, yarn)
+    overrides = yarn_overrides(read_config(hf_dir), length, yarn, source=f"{hf_dir}/config.json")
     lm = VLLM(
         pretrained=str(hf_dir),
         dtype=dtype,

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..eval.loading import read_config
 from ..eval.positions import position_patterns, position_spans
-from ..hf import read_hf_config
 from ..hf.convert import as_hf_dir
 from ..modes import layer_modes, repo_layer_ids
 
@@ -25,15 +25,16 @@ class BadRequest(ValueError):
 
 
 class ExplorerModel:
-    """MODEL (an HF directory or an OLMo checkpoint directory of this project, converted on the fly), loaded
-    once without its LM head; `positions` runs one request at a time.
+    """MODEL (an HF directory of OLMo 2/3, Llama or Qwen 3, stock or RePo, or an OLMo checkpoint directory of
+    this project, converted on the fly), loaded once without its LM head; `positions` runs one request at a
+    time.
 
     Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed).
     """
 
     def __init__(self, path: str | Path, *, device: str = "cpu", max_tokens: int = 512):
         with as_hf_dir(path) as hf_dir:
-            config = read_hf_config(hf_dir)  # also reads the reference implementation's format
+            config = read_config(hf_dir)  # every family evaluation takes; the reference's format too
             self.tokenizer = AutoTokenizer.from_pretrained(hf_dir)
             causal_lm = AutoModelForCausalLM.from_pretrained(hf_dir, config=config)
         # Only the decoder is kept: positions need no logits (and a 100k-vocabulary head is large).

@@ -14,7 +14,8 @@ and `RepoOlmo2Config.from_pretrained` reads it too: all through the one reader, 
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Olmo2Config
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Olmo2Config, PreTrainedModel
 from transformers.models.olmo2.modeling_olmo2 import Olmo2ForCausalLM, Olmo2Model
 
 from ..dtypes import DTYPE_NAMES
@@ -67,6 +68,14 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 """The dtypes a converted model can be written and loaded in, by name."""
 
 
+def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
+    """The attention of every decoder layer of `model` (a causal LM or its decoder), in layer order: each
+    layer's `self_attn`, where every family here has it (OLMo 2/3, Llama, Qwen 3, stock or RePo) and where the
+    RePo decoders put their attention (`RepoDecoderMixin`). Each returns (output [B, T, d], weights [B, H, T, T]
+    under eager attention, one row per query head, else None)."""
+    return [layer.self_attn for layer in model.base_model.layers]
+
+
 __all__ = [
     "DTYPES",
     "RepoLlamaConfig",
@@ -83,6 +92,7 @@ __all__ = [
     "RepoQwen3Config",
     "RepoQwen3ForCausalLM",
     "RepoQwen3Model",
+    "attention_modules",
     "read_hf_config",
     "record_positions",
 ]
