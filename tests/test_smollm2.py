@@ -18,9 +18,9 @@ import pytest
 from olmo_repo.cli.smollm2 import main
 from olmo_repo.errors import CorruptFileError
 from olmo_repo.fetch import smollm2
-from olmo_repo.fetch.smollm2 import GGUF_FILE, INSTALL, installed_gguf, make_smollm2, read_gguf
+from olmo_repo.fetch.smollm2 import GGUF_FILE, INSTALL, installed_gguf, read_gguf
 
-from .suite import built_once
+from .real_models import build_smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ MIXED_IDS = [
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory scripts/smollm2.py writes, built once for the whole run (shared by xdist workers)."""
-    return built_once(tmp_path_factory, "smollm2", lambda folder: make_smollm2(folder, progress=False))
+    return build_smollm2(tmp_path_factory)
 
 
 def snapshot(folder: Path) -> dict[str, tuple[str, int]]:

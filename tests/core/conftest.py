@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
+from ..real_models import smollm2_dir  # noqa: F401  (the session fixture of the real model)
 from ..suite import register
 
 

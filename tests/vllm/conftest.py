@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..real_models import smollm2_dir  # noqa: F401  (the session fixture of the real model)
 from ..suite import register
 
 if importlib.util.find_spec("vllm") is None:
