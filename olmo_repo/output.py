@@ -68,6 +68,8 @@ OUTPUT_NAMES = (
     "model.pt",
     "optim.pt",
     "train.pt",
+    # scripts/tokenize_text.py's token file (beside the tokenizer.json it was made with)
+    "train.npy",
     # scripts/eval.py's results
     "results.json",
     "results.md",

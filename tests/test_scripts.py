@@ -82,6 +82,7 @@ BAD_INPUT = {
     "fetch": ["{missing}", "--to", "out"],
     "flops": ["{missing}"],
     "plot_positions": ["{missing}", "--text", "x", "--out", "plot.png"],
+    "tokenize_text": ["--model", "{missing}", "--output", "out"],
     "train": ["{missing}"],
     "unshard": ["--input", "{missing}", "--output", "out"],
 }
