@@ -14,7 +14,15 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from olmo_repo.hf import (
     RepoLlamaConfig,
@@ -108,14 +116,17 @@ def save(
 
 
 def save_family(
-    path: Path, family: str, *, spread: float = 0.25, seed: int = 0, **overrides: Any
+    path: Path, family: str, *, spread: float = 0.25, seed: int = 0, stock: bool = False, **overrides: Any
 ) -> torch.nn.Module:
-    """A `repo_llama` or `repo_qwen3` checkpoint (`family`: "llama", "qwen3") in `path`, written as the converters
-    write one (`save_hf`: the weights checked against the config, the remote code); returns the HF model."""
+    """A `repo_llama` or `repo_qwen3` checkpoint (`family`: "llama", "qwen3"; with `stock`, transformers' own
+    `llama` or `qwen3`) in `path`, written as the converters write one (`save_hf`: the weights checked against the
+    config, the remote code); returns the HF model."""
     config_class, model_class = {
         "llama": (RepoLlamaConfig, RepoLlamaForCausalLM),
         "qwen3": (RepoQwen3Config, RepoQwen3ForCausalLM),
-    }[family]
+        "stock llama": (LlamaConfig, LlamaForCausalLM),
+        "stock qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }[f"stock {family}" if stock else family]
     config = config_class(**{**BASE, **overrides})
     model = model_class(config)
     _randomise(model, spread, seed)
