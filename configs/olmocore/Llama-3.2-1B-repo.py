@@ -7,10 +7,11 @@ the paper's OLMo 2 1B values stand, to be tuned with overrides), with:
   - model: `meta-llama/Llama-3.2-1B`'s `config.json` (below, as published) through the converter's Llama table
     (`olmo_repo.olmocore.convert.family_config_from_hf`): exactly the model `scripts/core_convert_from_hf.py`
     makes of that checkpoint, Llama 3's RoPE scaling included, with RePo from layer 5 (ceil(16 / 3) - 1);
-  - data: token files of `--data-root` made with Llama 3's tokenizer (`train.npy` of token ids, and `tokenizer.json`,
-    the tokenizer they were made with): the project's OLMo 2 data is dolma2's, whose ids mean nothing to Llama.
+  - data: `--data-root`'s `train.npy` and `tokenizer.json`, made with Llama 3's own tokenizer by
+    `scripts/tokenize_text.py` (the project's OLMo 2 data is dolma2's, whose ids mean nothing to Llama).
 
     .venv-core/bin/python scripts/core_convert_from_hf.py --input /models/Llama-3.2-1B --output /ckpt/llama-stage1
+    .venv-core/bin/python scripts/tokenize_text.py --model /models/Llama-3.2-1B --text /data/text/*.txt --output /data/llama3-tokens
     .venv-core/bin/python scripts/core_train.py configs/olmocore/Llama-3.2-1B-repo.py --nproc-per-node=8 \\
         --save-folder=/ckpt/llama-1b-repo --data-root=/data/llama3-tokens --load_path=/ckpt/llama-stage1
 """

@@ -8,10 +8,11 @@ paper's values for its nearest model stand, to be tuned with overrides), with:
     (`olmo_repo.olmocore.convert.family_config_from_hf`): exactly the model `scripts/core_convert_from_hf.py`
     makes of that checkpoint (per-head q/k RMSNorm before the rotation, head width 128 != 1024 / 16), with RePo
     from layer 9 (ceil(28 / 3) - 1);
-  - data: token files of `--data-root` made with Qwen 3's tokenizer (`train.npy` of token ids, and `tokenizer.json`,
-    the tokenizer they were made with): the project's OLMo 2 data is dolma2's, whose ids mean nothing to Qwen.
+  - data: `--data-root`'s `train.npy` and `tokenizer.json`, made with Qwen 3's own tokenizer by
+    `scripts/tokenize_text.py` (the project's OLMo 2 data is dolma2's, whose ids mean nothing to Qwen).
 
     .venv-core/bin/python scripts/core_convert_from_hf.py --input /models/Qwen3-0.6B-Base --output /ckpt/qwen-stage1
+    .venv-core/bin/python scripts/tokenize_text.py --model /models/Qwen3-0.6B-Base --text /data/text/*.txt --output /data/qwen3-tokens
     .venv-core/bin/python scripts/core_train.py configs/olmocore/Qwen3-0.6B-Base-repo.py --nproc-per-node=8 \\
         --save-folder=/ckpt/qwen3-repo --data-root=/data/qwen3-tokens --load_path=/ckpt/qwen-stage1
 """
