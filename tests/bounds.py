@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["assert_within", "rotation_magnitude", "rotation_roundings"]
+__all__ = ["assert_within", "logprob_bound", "rotation_magnitude", "rotation_roundings"]
 
 
 def assert_within(
@@ -62,3 +62,14 @@ def rotation_magnitude(x: Tensor) -> Tensor:
     """|x1| + |x2| of each rotated pair (split halves), on both halves: [..., d]."""
     x1, x2 = x.detach().double().abs().chunk(2, dim=-1)
     return torch.cat((x1 + x2, x1 + x2), dim=-1)
+
+
+def logprob_bound(n_layers: int, mlp_width: int, max_logit: float, max_pos: float = 0.0) -> float:
+    """|log p - log p'| allowed between two fp32 computations of one model that order their sums differently
+    (vLLM and HF; two processes under FSDP and one): each of the `n_layers` layers adds relative errors of about
+    eps * sqrt(K) from its sums of K terms (K up to the MLP width, `mlp_width`) and eps * |z| from rotating by
+    angles of size |z| (RePo's real positions, up to `max_pos`); the logits (up to `max_logit`) scale that to
+    absolute error, the log-softmax at most doubles it. A safety factor 4 covers the constants that this does not
+    count. A mean of log-probs (a cross-entropy loss) is within the same bound."""
+    eps = torch.finfo(torch.float32).eps
+    return 4 * 2 * eps * max(max_logit, 1.0) * n_layers * (math.sqrt(mlp_width) + max_pos)
