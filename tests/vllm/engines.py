@@ -10,6 +10,7 @@ import torch
 
 from olmo_repo.hf import record_positions
 
+from .. import bounds
 from . import tiny
 
 MAX_MODEL_LEN = 512
@@ -74,14 +75,8 @@ def prompts() -> list[list[int]]:
 
 
 def logprob_bound(config: dict[str, Any], max_logit: float, max_pos: float) -> float:
-    """|log p_vLLM - log p_HF| allowed, from fp32 rounding: each of the L layers adds relative errors of about
-    eps * sqrt(K) from its sums of K terms (K up to the MLP width) and eps * |z| from rotating by angles of size
-    |z| (the real positions); the logits scale that to absolute error, the log-softmax at most doubles it.
-    A safety factor 4 covers the constants that this does not count."""
-    eps = torch.finfo(torch.float32).eps
-    depth = config["num_hidden_layers"]
-    per_layer = math.sqrt(config["intermediate_size"]) + max_pos
-    return 4 * 2 * eps * max(max_logit, 1.0) * depth * per_layer
+    """|log p_vLLM - log p_HF| allowed, from fp32 rounding (`bounds.logprob_bound`) for an HF config dict."""
+    return bounds.logprob_bound(config["num_hidden_layers"], config["intermediate_size"], max_logit, max_pos)
 
 
 def check_against_hf(llm: Any, name: str, checkpoints, hf_reference, prefix_caching: bool) -> None:
