@@ -23,6 +23,7 @@ from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 from olmo_repo.cli.eval import main
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.eval import niah, suite
+from olmo_repo.eval.intervals import wilson_interval
 from olmo_repo.eval.lm_eval_tasks.hybridqa import doc_to_text
 from olmo_repo.eval.loading import load_model
 from olmo_repo.eval.run import results_table
@@ -283,6 +284,26 @@ def test_markdown_table():
         "| niah_multivalue | 25.0 | 0.0 |",
         "| **average** | 62.5 | 25.0 |",
     ]
+
+
+def test_markdown_table_with_intervals():
+    """Each cell with its 95% Wilson interval over `samples`; the average's over the samples of its column."""
+    table = niah.markdown_table({"niah_single_1": {4096: 1.0}, "niah_multivalue": {4096: 0.5}}, samples=20)
+    assert table.splitlines()[2:] == [
+        "| niah_single_1 | 100.0 [83.9, 100.0] |",
+        "| niah_multivalue | 50.0 [29.9, 70.1] |",
+        "| **average** | 75.0 [59.8, 85.8] |",  # 30 of 40
+        "",
+        "20 samples per cell; in brackets the 95% interval (Wilson) of each score.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "k, n, low, high",  # Newcombe (1998), Stat. Med. 17:857, Table I, method 3 (score interval, no correction)
+    [(81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611), (1, 29, 0.0061, 0.1718)],
+)
+def test_wilson_interval_is_newcombes(k, n, low, high):
+    assert wilson_interval(k / n, n) == (pytest.approx(low, abs=5e-5), pytest.approx(high, abs=5e-5))
 
 
 # --------------------------------------------------------------------------------------------- suite
@@ -546,7 +567,8 @@ def test_eval_cli_scores_the_shipped_base_model_exactly(tmp_path):
     assert results["scores"] == {"niah_single_1": {"512": 1.0}}
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["score"] for r in records] == [1.0] * 4
-    assert "| niah_single_1 | 100.0 |" in (out / "results.md").read_text()
+    assert "| niah_single_1 | 100.0 [51.0, 100.0] |" in (out / "results.md").read_text()  # 4 of 4: Wilson
+    assert results["intervals95"] == {"niah_single_1": {"512": [pytest.approx(0.5101, abs=1e-4), 1.0]}}
 
 
 # A run of the command killed at a chosen point: at the N-th call of niah.evaluate (a length), or as a file

@@ -55,6 +55,7 @@ from ..upstream.lm_eval import (
     seeded_random,
 )
 from .essays import essay_words
+from .intervals import wilson_interval
 from .variants import ESSAYS, MAX_NEW_TOKENS, RULER_SAMPLES, RULER_SEED, VARIANTS, Variant
 
 __all__ = [
@@ -356,15 +357,26 @@ def evaluate(
     return scores, records
 
 
-def markdown_table(scores: Mapping[str, Mapping[int, float]]) -> str:
+def markdown_table(scores: Mapping[str, Mapping[int, float]], samples: int | None = None) -> str:
     """{variant: {length: score in [0, 1]}} -> a markdown table in percent: one row per variant, one column per
-    length, and the average over the variants (the paper's NIAH number)."""
+    length, and the average over the variants (the paper's NIAH number). With `samples` (per cell), each cell
+    also gives its 95% interval (`olmo_repo.eval.intervals`; the average's over the samples of its column)."""
     lengths = sorted({length for row in scores.values() for length in row})
-    rows = [[variant, *(_pct(row.get(length)) for length in lengths)] for variant, row in scores.items()]
+    rows = [
+        [variant, *(_pct(row.get(length), samples) for length in lengths)] for variant, row in scores.items()
+    ]
     averages = [[row[length] for row in scores.values() if length in row] for length in lengths]
-    rows.append(["**average**", *(_pct(sum(a) / len(a)) for a in averages)])
-    return tables.markdown_table(["variant", *map(str, lengths)], rows) + "\n"
+    rows.append(["**average**", *(_pct(sum(a) / len(a), samples and samples * len(a)) for a in averages)])
+    table = tables.markdown_table(["variant", *map(str, lengths)], rows) + "\n"
+    if samples:
+        table += f"\n{samples} samples per cell; in brackets the 95% interval (Wilson) of each score.\n"
+    return table
 
 
-def _pct(value: float | None) -> str:
-    return "" if value is None else f"{100 * value:.1f}"
+def _pct(value: float | None, samples: int | None = None) -> str:
+    if value is None:
+        return ""
+    if not samples:
+        return f"{100 * value:.1f}"
+    low, high = wilson_interval(value, samples)
+    return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"

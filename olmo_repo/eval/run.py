@@ -27,6 +27,7 @@ from typing import Any
 from .. import output
 from ..errors import RepoError
 from ..integrity import require_model_dir
+from .intervals import wilson_interval
 from .variants import NIAH_LENGTHS, RULER_SAMPLES, RULER_SEED, VARIANTS
 
 __all__ = [
@@ -207,6 +208,9 @@ def evaluate_length(
             )
             for variant, row in scores.items():
                 results["scores"].setdefault(variant, {}).update(row)
+                results.setdefault("intervals95", {}).setdefault(variant, {}).update(
+                    {n: wilson_interval(score, samples) for n, score in row.items()}
+                )
             evaluation.records += records
     finally:
         release_backend(request, model)
@@ -237,7 +241,7 @@ def results_table(results: dict[str, Any]) -> str:
     if results["mode"] == "niah":
         from .niah import markdown_table
 
-        return head + markdown_table(results["scores"])
+        return head + markdown_table(results["scores"], results["samples"] or RULER_SAMPLES)
     scores = results["scores"]
     lengths = sorted({length for row in scores.values() for length in row})
     lines = ["| task | " + " | ".join(map(str, lengths)) + " |", "| --- |" + " ---: |" * len(lengths)]
