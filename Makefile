@@ -52,7 +52,7 @@ suite-core:
 # engine, SLURM or browser. Under 2 min: the vLLM and OLMo-core sessions run side by side, each on one core.
 FAST = tests/test_rope.py tests/test_repo_layer.py tests/test_model.py tests/test_attention.py tests/test_positions.py \
 	tests/test_config.py tests/test_preflight.py tests/test_checkpoint.py tests/test_stage1_init.py tests/test_hf.py \
-	tests/test_olmo3.py tests/test_hf_families.py tests/test_scripts.py tests/test_upstream.py
+	tests/test_olmo3.py tests/test_hf_families.py tests/test_downstream_families.py tests/test_scripts.py tests/test_upstream.py
 .PHONY: fast-vllm fast-core
 test-fast: install install-vllm install-core
 	$(BIN)/python $(PYTEST) -m "not slow" $(FAST)
