@@ -3,7 +3,7 @@ model through the whole pipeline in minutes.
 
 Source: `tiny-stage2-repo.py` (the demo's stage 2 at CPU scale: two gloo processes with FSDP in fp32, a linear
 schedule to 0 without warm-up, AdamW (0.9, 0.95) with weight decay 0.1 except the embeddings, z-loss 1e-5,
-clipping 1.0, metrics every step, in-loop NIAH at the start and the end), with:
+clipping 1.0, metrics every step), with:
   - model: the `config.json` that `scripts/smollm2.py` writes (below: SmolLM2-135M-Instruct as its GGUF states it,
     rms_norm_eps the float32 value the GGUF stores) through the converter's Llama table
     (`olmo_repo.olmocore.convert.family_config_from_hf`): exactly the model `scripts/core_convert_from_hf.py`
@@ -15,7 +15,9 @@ clipping 1.0, metrics every step, in-loop NIAH at the start and the end), with:
     4 x 256 tokens), each document ended by the model's end id, `<|im_end|>` (2), which its config.json states and
     `core_convert_from_hf.py` records (SmolLM2's tokenizer: vocabulary 49152, `<|endoftext|>` 0, `<|im_start|>`
     1, `<|im_end|>` 2; the data-tokenizer check compares these with the checkpoint's before step 0);
-  - 256-token windows, 4 per step (one micro-batch of 2 per rank), 100 steps, checkpoints every 50.
+  - 256-token windows, 4 per step (one micro-batch of 2 per rank), 100 steps, checkpoints every 50;
+  - in-loop NIAH off: RULER's multi-key prompts need about 285 tokens or more. With `--sequence-length=512
+    --trainer.callbacks.niah.enabled=true` it scores SmolLM2's own haystacks at the start and the end.
 
     .venv-core/bin/python scripts/smollm2.py --output runs/smollm2-135m
     .venv-core/bin/python scripts/core_convert_from_hf.py --input runs/smollm2-135m --output runs/core/smollm2
@@ -87,5 +89,5 @@ def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentCo
     config.trainer.max_duration = Duration.steps(STEPS)
     config.trainer.callbacks["checkpointer"].save_interval = 50
     niah = config.trainer.callbacks["niah"]
-    niah.tokenizer, niah.eval_interval = tokenizer, STEPS
+    niah.tokenizer, niah.eval_interval, niah.enabled = tokenizer, STEPS, False
     return config.merge(overrides)
