@@ -50,6 +50,7 @@ FIRST = [
     "test_slurm.py",
     "test_train_fsdp.py",
     "test_train.py",
+    "test_smollm2_core.py",
     "test_vllm_serving.py",
     "test_vllm.py",
 ]
