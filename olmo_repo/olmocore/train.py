@@ -197,7 +197,8 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
     recorded = (read_config(config.load_path).get("dataset") or {}).get("tokenizer") or {}
     fix = f"tokenize the data with the model's tokenizer ({recorded.get('identifier', 'its tokenizer.json')})"
     for key in ("vocab_size", "eos_token_id", "pad_token_id"):
-        if recorded.get(key) is not None and recorded[key] != getattr(data, key):
+        want = recorded.get(key)  # a list of end ids where the HF model has several (Llama 3 Instruct)
+        if want is not None and getattr(data, key) not in (want if isinstance(want, list) else [want]):
             raise RepoError(
                 f"dataset.tokenizer.{key}={getattr(data, key)}, but load_path={config.load_path} was made with "
                 f"{key}={recorded[key]}: {fix}"

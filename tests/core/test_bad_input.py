@@ -169,6 +169,28 @@ def test_core_train_refuses_data_made_with_another_tokenizer(
     assert not save.exists()
 
 
+def test_core_train_takes_data_ended_by_any_of_the_models_end_ids(tmp_path, capsys, model_checkpoint):
+    """A model with several end ids (Llama 3 Instruct: config.json lists them, the checkpoint records the list)
+    trains on data ended by any one of them, and on no other."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    shutil.copyfile(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
+    load = tmp_path / "stage1"
+    shutil.copytree(model_checkpoint, load)
+    config = json.loads((load / "config.json").read_text())
+    config["dataset"]["tokenizer"].update(vocab_size=4096, eos_token_id=[7, 0], pad_token_id=1)
+    (load / "config.json").write_text(json.dumps(config))
+    argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}", f"--load_path={load}"]
+    assert core_train.main(["--check", *argv]) == 0  # the tiny config's data ends documents with 0
+    capsys.readouterr()
+    assert core_train.main([*argv, "--dataset.tokenizer.eos_token_id=2"]) == 1
+    _one_line(capsys, "core_train.py", "dataset.tokenizer.eos_token_id=2, but load_path=")
+
+
 def test_core_train_check_starts_nothing(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
