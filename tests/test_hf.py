@@ -886,3 +886,23 @@ def test_round_trips_keep_every_config_value(converted, tmp_path):
     assert config_differences(*models, OLMO_MAY_DIFFER) == {}
     widths = [m["mlp_hidden_size"] or m["mlp_ratio"] * m["d_model"] for m in models]
     assert widths[0] == widths[1]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_the_ai2_olmo_converter_sends_llama_and_qwen3_to_olmo_core(tmp_path, capsys, family):
+    """The ai2-olmo trainer stays the OLMo 2 recipe's: a Llama or Qwen 3 directory is refused in one line that
+    names the OLMo-core converter, nothing written."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(family, vocab_size=64, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "hf")
+    capsys.readouterr()  # save_pretrained's progress bar
+    assert convert_from_hf_main(["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"convert_from_hf.py: error: {tmp_path / 'hf'}: model_type='{family}' is not supported; allowed: olmo2, "
+        "repo_olmo2, olmo3, repo_olmo3 (Llama and Qwen 3 train with OLMo-core: scripts/core_convert_from_hf.py "
+        "converts them)\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -208,8 +208,11 @@ def read_hf_config(
         raise ValueError(f"{file} is not a JSON object of config keys")
     model_type = raw.get("model_type")
     if model_type not in model_types or model_type not in _CONFIGS:
+        hint = ""
+        if model_type in ALL_MODEL_TYPES:  # a family this project trains, but on OLMo-core only
+            hint = " (Llama and Qwen 3 train with OLMo-core: scripts/core_convert_from_hf.py converts them)"
         raise ValueError(
-            f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(model_types)}"
+            f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(model_types)}{hint}"
         )
     shapes = weight_shapes(hf_dir)
     if "pe_config" in raw and model_type in OLMO_MODEL_TYPES:  # the reference's format is OLMo's alone
