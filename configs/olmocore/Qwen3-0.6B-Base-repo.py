@@ -20,13 +20,12 @@ paper's values for its nearest model stand, to be tuned with overrides), with:
 import argparse
 from pathlib import Path
 
-from olmo_core.data import NumpyDatasetDType, TokenizerConfig
 from olmo_core.script_utils import ExperimentConfig
 from transformers import Qwen3Config
 
 from olmo_repo.olmocore import with_position_modes
 from olmo_repo.olmocore.convert import QWEN3, family_config_from_hf
-from olmo_repo.olmocore.train import load_build_config
+from olmo_repo.olmocore.train import load_build_config, on_tokenized_text
 
 RECIPE = load_build_config(Path(__file__).with_name("OLMo-2-0425-1B-stage2-repo.py"))
 PE_START_LAYER = 9
@@ -55,19 +54,9 @@ HF_CONFIG = dict(
 
 
 def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
-    config = RECIPE(opts, [])
+    hf = Qwen3Config(**HF_CONFIG)
+    config = on_tokenized_text(RECIPE(opts, []), hf, opts.data_root)
     config.model = with_position_modes(
-        family_config_from_hf(QWEN3, Qwen3Config(**HF_CONFIG)), "repo", pe_start_layer=PE_START_LAYER
+        family_config_from_hf(QWEN3, hf), "repo", pe_start_layer=PE_START_LAYER
     )
-    tokenizer = TokenizerConfig(  # Qwen 3's: <|endoftext|> ends documents and pads
-        vocab_size=HF_CONFIG["vocab_size"],
-        eos_token_id=HF_CONFIG["eos_token_id"],
-        pad_token_id=HF_CONFIG["eos_token_id"],
-        bos_token_id=None,
-        identifier=f"{opts.data_root}/tokenizer.json",
-    )
-    config.dataset.paths = [f"{opts.data_root}/train.npy"]
-    config.dataset.dtype = NumpyDatasetDType.uint32
-    config.dataset.tokenizer = tokenizer
-    config.trainer.callbacks["niah"].tokenizer = tokenizer
     return config.merge(overrides)

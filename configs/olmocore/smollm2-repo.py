@@ -29,14 +29,13 @@ clipping 1.0, metrics every step), with:
 import argparse
 from pathlib import Path
 
-from olmo_core.data import TokenizerConfig
 from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import Duration
 from transformers import LlamaConfig
 
 from olmo_repo.olmocore import with_position_modes
 from olmo_repo.olmocore.convert import LLAMA, family_config_from_hf
-from olmo_repo.olmocore.train import load_build_config
+from olmo_repo.olmocore.train import load_build_config, on_tokenized_text
 
 TINY = load_build_config(Path(__file__).with_name("tiny-stage2-repo.py"))
 PE_START_LAYER = 9
@@ -71,23 +70,16 @@ HF_CONFIG = dict(
 def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
     sequence_length = opts.sequence_length or SEQUENCE_LENGTH
     config = TINY(argparse.Namespace(**{**vars(opts), "sequence_length": sequence_length}), [])
+    hf = LlamaConfig(**HF_CONFIG)
+    config = on_tokenized_text(config, hf, opts.data_root)
     config.model = with_position_modes(
-        family_config_from_hf(LLAMA, LlamaConfig(**HF_CONFIG)), "repo", pe_start_layer=PE_START_LAYER
+        family_config_from_hf(LLAMA, hf), "repo", pe_start_layer=PE_START_LAYER
     )
-    tokenizer = TokenizerConfig(
-        vocab_size=HF_CONFIG["vocab_size"],
-        eos_token_id=HF_CONFIG["eos_token_id"],
-        pad_token_id=HF_CONFIG["pad_token_id"],
-        bos_token_id=HF_CONFIG["bos_token_id"],
-        identifier=f"{opts.data_root}/tokenizer.json",
-    )
-    config.dataset.paths = [f"{opts.data_root}/train.npy"]
-    config.dataset.tokenizer = tokenizer
     config.data_loader.global_batch_size = WINDOWS * sequence_length
     config.train_module.optim.lr = LR
     config.train_module.optim.eps = 1e-8
     config.trainer.max_duration = Duration.steps(STEPS)
     config.trainer.callbacks["checkpointer"].save_interval = 50
     niah = config.trainer.callbacks["niah"]
-    niah.tokenizer, niah.eval_interval, niah.enabled = tokenizer, STEPS, False
+    niah.eval_interval, niah.enabled = STEPS, False
     return config.merge(overrides)

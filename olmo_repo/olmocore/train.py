@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from olmo_core.data import NumpyDatasetConfig
+from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, TokenizerConfig
 from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
@@ -70,6 +70,7 @@ __all__ = [
     "build_trainer",
     "check_experiment",
     "load_build_config",
+    "on_tokenized_text",
     "work_dir",
     "run",
     "start",
@@ -92,6 +93,27 @@ def load_build_config(path: str | Path) -> BuildConfig:
     if not callable(build := getattr(module, "build_config", None)):
         raise RepoError(f"{path} defines no build_config(opts, overrides) -> ExperimentConfig")
     return build
+
+
+def on_tokenized_text(config: ExperimentConfig, hf: Any, data_root: str) -> ExperimentConfig:
+    """`config` (a recipe) reading `data_root`'s `train.npy` and `tokenizer.json`, the token files that
+    `scripts/tokenize_text.py` makes with a model's own tokenizer (`olmo_repo.fetch.tokens`), for the model of the
+    HF config `hf`: the dataset's and the in-loop NIAH's tokenizer are that model's (its vocabulary; its end id,
+    the first where it lists several; its padding id, or the end id where it has none; its start id where it
+    differs from the end id), what the data-tokenizer check compares with the checkpoint's. Changed in place."""
+    eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+    tokenizer = TokenizerConfig(
+        vocab_size=hf.vocab_size,
+        eos_token_id=eos,
+        pad_token_id=eos if hf.pad_token_id is None else hf.pad_token_id,
+        bos_token_id=None if hf.bos_token_id == eos else hf.bos_token_id,
+        identifier=f"{data_root}/tokenizer.json",
+    )
+    config.dataset.paths = [f"{data_root}/train.npy"]  # fetch.tokens.TOKENS_FILE (a sibling layer)
+    config.dataset.dtype = NumpyDatasetDType.uint32  # tokenize_text.py's
+    config.dataset.tokenizer = tokenizer
+    config.trainer.callbacks["niah"].tokenizer = tokenizer
+    return config
 
 
 def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:

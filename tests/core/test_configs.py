@@ -9,6 +9,7 @@ import yaml
 from olmo_core.nn.transformer import TransformerConfig
 
 from olmo_repo.demo import BASE_DIR
+from olmo_repo.fetch.tokens import TOKENS_FILE
 from olmo_repo.hf import read_hf_config
 from olmo_repo.modes import repo_layer_ids
 from olmo_repo.olmocore.attention import RepoAttention
@@ -111,7 +112,7 @@ def test_family_configs_are_the_published_model_with_repo_on_the_olmo2_1b_recipe
 
     # The data is the model's tokenizer's, under --data-root; everything else is the OLMo 2 1B recipe's.
     assert config.dataset.tokenizer.vocab_size == config.model.vocab_size
-    assert config.dataset.paths == ["/data/tokens/train.npy"]
+    assert config.dataset.paths == [f"/data/tokens/{TOKENS_FILE}"]  # what scripts/tokenize_text.py writes
     assert config.trainer.callbacks["niah"].tokenizer == config.dataset.tokenizer
     recipe = _build("OLMo-2-0425-1B-stage2-repo.py", tmp_path, data_root="/data/tokens")
     for part in ("train_module", "data_loader"):
