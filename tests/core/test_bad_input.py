@@ -129,6 +129,26 @@ def _other_tokenizer(out: Path) -> Path:
     return out
 
 
+def _data_and_stage1(
+    tmp_path: Path, model_checkpoint: Path, eos_token_id: int | list[int]
+) -> tuple[Path, Path]:
+    """Tiny data made with the demo's tokenizer, and a copy of the stage-1 checkpoint recording that tokenizer
+    (vocabulary 4096, padding 1) with `eos_token_id`."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    shutil.copyfile(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
+    load = tmp_path / "stage1"
+    shutil.copytree(model_checkpoint, load)
+    config = json.loads((load / "config.json").read_text())
+    config["dataset"]["tokenizer"].update(vocab_size=4096, eos_token_id=eos_token_id, pad_token_id=1)
+    (load / "config.json").write_text(json.dumps(config))
+    return data, load
+
+
 @pytest.mark.parametrize(
     "tokenizer, args, says",
     [
@@ -146,18 +166,7 @@ def test_core_train_refuses_data_made_with_another_tokenizer(
 ):
     """Token ids of another vocabulary train without an error: the data's tokenizer is checked against the one
     the continued checkpoint records (`olmo_repo.vocab`) before anything starts, in one line."""
-    import json
-    import shutil
-
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
-    shutil.copyfile(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
-    load = tmp_path / "stage1"
-    shutil.copytree(model_checkpoint, load)
-    config = json.loads((load / "config.json").read_text())
-    config["dataset"]["tokenizer"].update(vocab_size=4096, eos_token_id=0, pad_token_id=1)
-    (load / "config.json").write_text(json.dumps(config))
+    data, load = _data_and_stage1(tmp_path, model_checkpoint, eos_token_id=0)
     save = tmp_path / "run"
     argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}", f"--load_path={load}"]
     assert core_train.main(["--check", *argv]) == 0  # the model's own tokenizer passes
@@ -172,18 +181,7 @@ def test_core_train_refuses_data_made_with_another_tokenizer(
 def test_core_train_takes_data_ended_by_any_of_the_models_end_ids(tmp_path, capsys, model_checkpoint):
     """A model with several end ids (Llama 3 Instruct: config.json lists them, the checkpoint records the list)
     trains on data ended by any one of them, and on no other."""
-    import json
-    import shutil
-
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
-    shutil.copyfile(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
-    load = tmp_path / "stage1"
-    shutil.copytree(model_checkpoint, load)
-    config = json.loads((load / "config.json").read_text())
-    config["dataset"]["tokenizer"].update(vocab_size=4096, eos_token_id=[7, 0], pad_token_id=1)
-    (load / "config.json").write_text(json.dumps(config))
+    data, load = _data_and_stage1(tmp_path, model_checkpoint, eos_token_id=[7, 0])
     argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}", f"--load_path={load}"]
     assert core_train.main(["--check", *argv]) == 0  # the tiny config's data ends documents with 0
     capsys.readouterr()

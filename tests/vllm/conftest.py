@@ -55,30 +55,9 @@ def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, Any]]:
 @pytest.fixture(scope="session")
 def hf_reference(checkpoints) -> dict[str, dict[str, Any]]:
     """Per model: HF greedy continuations, prompt log-probs, max |logit| and max |position| over the prompts."""
-    import torch
+    from .engines import hf_outputs
 
-    from olmo_repo.hf import record_positions
-
-    from . import tiny
-    from .engines import NEW_TOKENS, prompts
-
-    out = {}
-    for name, (_, model) in checkpoints.items():
-        tokens, logprobs, max_logit, max_pos = [], [], 0.0, 0.0
-        for ids in prompts():
-            x = torch.tensor([ids])
-            with torch.no_grad(), record_positions(model) as positions:
-                logits = model(x).logits[0]  # [T, V]
-                gen = model.generate(
-                    x, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=tiny.PAD
-                )
-            tokens.append(gen[0, len(ids) :].tolist())
-            lp = logits.log_softmax(-1)
-            logprobs.append([lp[i - 1, ids[i]].item() for i in range(1, len(ids))])
-            max_logit = max(max_logit, logits.abs().max().item())
-            max_pos = max([max_pos, *(p.abs().max().item() for p in positions.values())])
-        out[name] = dict(tokens=tokens, logprobs=logprobs, max_logit=max_logit, max_pos=max_pos)
-    return out
+    return {name: hf_outputs(model) for name, (_, model) in checkpoints.items()}
 
 
 @pytest.fixture
