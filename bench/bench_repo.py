@@ -257,11 +257,22 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
             with reference_rotation(name == "repo-reference"):
                 decode_s[name].append(decode_time(models[name], prompt, size.new_tokens, amp, device))
             models[name].train()
-    memory = {n: peak_step_memory(step(n), models[n], device) for n in variants}
-    activations = {}
+    # The times first, so that a failure in the memory figures below leaves them in the log.
+    tqdm.write(f"{size_name}: step and decode vs RoPE (medians of within-round ratios): " + ", ".join(
+        f"{n} {statistics.median(within_round(step_s[n], step_s['rope'])):.4f} "
+        f"{statistics.median(within_round(decode_s[n], decode_s['rope'])):.4f}" for n in variants if n != "rope"
+    ))  # fmt: skip
+    memory, activations = {}, {}
     for name in variants:
+        if device == "cuda":  # one model on the GPU at a time: four 1.5B models' forwards ran out of 139 GiB
+            for other, model in models.items():
+                model.to(device if other == name else "cpu")
+            torch.cuda.empty_cache()
+        memory[name] = peak_step_memory(step(name), models[name], device)
         with reference_rotation(name == "repo-reference"):
             activations[name] = saved_activation_memory(models[name], ids, amp)
+    if device == "cuda":
+        models["repo"].to(device), models["rope"].to(device)  # the pieces below time their blocks
 
     layer = size.pe_start_layer  # the first RePo layer, and the RoPE model's layer in its place
     components = component_times(
