@@ -285,12 +285,17 @@ class _Run:
                 "RoPE": losses["stock"],
             }  # RoPE at step 0 is the stock model
             points = {label: {0: start[label], steps: losses[f"{label}, step {steps}"]} for label in curves}
-        self.folder.entry("figures")
-        return plot_loss_curves(
-            curves, self.folder.path / "figures" / "loss.png", points=points,
+        figure = self.folder.entry("figures") / "loss.png"
+        drawn = plot_loss_curves(
+            curves, figure.with_name(".loss.png.partial"), points=points,
             baseline=losses["stock"] if losses else None,
             title=f"SmolLM2-135M: RePo in layers {PE_START_LAYER}..29 vs RoPE",
         )  # fmt: skip
+        if figure.is_file() and figure.read_bytes() == drawn.read_bytes():
+            drawn.unlink()  # the same figure: left as it was, like report.md
+        else:
+            drawn.replace(figure)
+        return figure
 
     def _limits(self) -> str:
         r = self.recipe
