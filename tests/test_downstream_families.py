@@ -322,3 +322,17 @@ def test_flops_of_an_olmo_hf_directory_are_ai2_olmos(tmp_path, tokenizer_file, t
     ours = parameter_count(RepoTrainConfig.load(ckpt / "config.yaml", validate_paths=False).model)
     assert hf_parameter_count(read_config(hf_dir)) == ours
     assert ours.non_embedding == olmo.num_params(include_embedding=False) and ours.repo > 0
+
+
+def test_vllm_on_cpu_reserves_the_kv_cache_its_batch_needs():
+    """`load_vllm` on CPU sets VLLM_CPU_KVCACHE_SPACE where the user has not (vLLM's default asks for 92% of the
+    machine and refuses to start when less is free): keys and values of every layer and key/value head."""
+    from transformers import LlamaConfig
+
+    from olmo_repo.eval.vllm_backend import kv_cache_gib
+
+    smollm2 = LlamaConfig(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+    # 2 x 30 layers x 3 heads x 64 x 4 bytes = 46,080 bytes a token; x 4096 x 8 = 1.41 GiB -> 2, + 1 headroom
+    assert kv_cache_gib(smollm2, 4096, 8, "float32") == 3
+    assert kv_cache_gib(smollm2, 4096, 8, "bfloat16") == 2  # 0.70 GiB -> 1, + 1
+    assert kv_cache_gib(smollm2, 8192, 8, "float32") == 4  # 2.81 GiB -> 3, + 1

@@ -8,6 +8,8 @@ as `hf_overrides`), so RoPE layers and RePo positions see the same inverse frequ
 from __future__ import annotations
 
 import gc
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from transformers import AutoConfig
 
 from .loading import read_config, yarn_overrides
 
-__all__ = ["load_vllm", "release"]
+__all__ = ["kv_cache_gib", "load_vllm", "release"]
 
 
 def load_vllm(
@@ -40,7 +42,12 @@ def load_vllm(
     from ..upstream.vllm import lm_eval_vllm_class
 
     VLLM = lm_eval_vllm_class()
-    overrides = yarn_overrides(read_config(hf_dir), length, yarn, source=f"{hf_dir}/config.json")
+    config = read_config(hf_dir)
+    overrides = yarn_overrides(config, length, yarn, source=f"{hf_dir}/config.json")
+    if not torch.cuda.is_available() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        # vLLM on CPU otherwise asks for 92% of the machine's memory and refuses to start when less is free
+        # (`Available memory ... is less than desired CPU memory utilization`): reserve what the batch needs.
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(config, length, batch_size, dtype))
     lm = VLLM(
         pretrained=str(hf_dir),
         dtype=dtype,
@@ -53,6 +60,16 @@ def load_vllm(
     )
     lm.config = AutoConfig.from_pretrained(hf_dir, **overrides)
     return lm
+
+
+def kv_cache_gib(config: Any, length: int, batch_size: int, dtype: str) -> int:
+    """GiB of KV cache for `batch_size` sequences of `length` tokens of the model `config` (keys and values of
+    every layer and key/value head), rounded up, plus 1 GiB of headroom: what `load_vllm` reserves on CPU."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    width = 4 if dtype in ("float32", "auto") else 2
+    per_token = 2 * config.num_hidden_layers * heads * head_dim * width
+    return math.ceil(per_token * length * batch_size / 2**30) + 1
 
 
 def release(lm: Any) -> None:
