@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,15 +82,10 @@ def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe(
     folder = DemoFolder(out, "recipe", "its model, data, runs and report")
     run = _Run(folder, recipe)
     start = time.monotonic()
-    run.model()
-    run.data()
-    run.stage1()
-    for label in RUNS:
-        run.train(label)
-    run.to_hf()
-    run.heldout()
-    run.evaluate()
-    report = run.publish()
+    stages = [run.model, run.data, run.stage1, *(partial(run.train, label) for label in RUNS), run.to_hf]
+    for stage in [*stages, run.heldout, run.evaluate]:
+        stage()
+        report = run.publish()  # as each stage finishes
     print(f"\nreport: {report} ({(time.monotonic() - start) / 60:.1f} min this time)")
     return report
 
