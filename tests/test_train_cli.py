@@ -146,6 +146,9 @@ def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_
     status, _, err = launch("--check", "--nproc-per-node=2", global_train_batch_size=8, evaluators=niah)
     assert status == 1 and err.startswith("train.py: error: evaluators[1].label: unknown NIAH variant"), err
     assert err.count("\n") == 1 and not run.exists()
+    # A length its haystack does not fit (32 tokens): each rank's build would refuse it; the check builds one prompt.
+    status, _, err = launch("--check", "--nproc-per-node=2", global_train_batch_size=8, evaluators=niah[:1])
+    assert status == 1 and err.count("\n") == 1 and "niah_single_1: length 32 is too short" in err, err
     with pytest.raises(SystemExit) as usage:
         launch("--nnodes=2", "--nproc-per-node=2")
     assert usage.value.code == 2 and "--nnodes is for --check" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """`scripts/smollm2_recipe.py [OUT_DIR]`: the paper's recipe at CPU scale on a real pretrained model, SmolLM2-135M,
-with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.demo.smollm2`)."""
+with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.recipe`)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line naming the log or th
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..demo.smollm2 import Recipe  # light: a dataclass and pathlib
+def _parser() -> argparse.ArgumentParser:
+    from ..recipe import Recipe  # light: a dataclass and pathlib
 
     default = Recipe()
     parser = argparse.ArgumentParser(
@@ -98,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         default=default.procs,
         help=f"training processes per run (gloo, one thread each; default: {default.procs})",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..recipe import Recipe
+
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         lengths = tuple(int(n) for n in args.lengths.split(","))
@@ -110,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag} must be at least 1; got {value}")
 
     def recipe() -> None:
-        from ..demo.smollm2 import run_recipe
         from ..eval.niah import VARIANTS  # after the arguments: imports lm-eval
+        from ..recipe import run_recipe
 
         if unknown := [v for v in variants if v not in VARIANTS]:
             raise ValueError(f"--variants: unknown {', '.join(unknown)}; allowed: {', '.join(VARIANTS)}")

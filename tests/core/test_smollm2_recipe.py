@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from olmo_repo.demo.smollm2 import heldout_loss
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.output import PNG_SIGNATURE
+from olmo_repo.recipe import heldout_loss
 
 from .training import ROOT
 

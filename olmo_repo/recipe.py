@@ -36,17 +36,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..errors import RepoError
-from ..metrics import METRICS_FILE, read_metrics
-from ..tables import markdown_table
-from .folder import DemoFolder
+from .demo.folder import DemoFolder
+from .errors import RepoError
+from .metrics import METRICS_FILE, read_metrics
+from .tables import markdown_table
 
 __all__ = ["CONFIG", "Recipe", "heldout_loss", "run_recipe"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "olmocore" / "smollm2-repo.py"
 """The run's config. It and the commands (`scripts/`) are read from the source tree: the recipe runs from a
-checkout."""
+checkout (unlike `make demo`, whose package holds everything it reads), and says so in one line elsewhere."""
 
 LOSS = "train/CE loss"
 PE_START_LAYER = 9  # the config's: ceil(30 / 3) - 1
@@ -187,8 +187,8 @@ class _Run:
         self.folder.finish("heldout", losses=json.dumps(losses))
 
     def evaluate(self) -> None:
-        from ..eval.report import report_sections
-        from ..upstream import lm_eval
+        from .eval.report import report_sections
+        from .upstream import lm_eval
 
         inputs = self.recipe.digest("heldout_topics", "steps", "procs", "lengths", "variants", "samples")
         state = self._stage("evaluation", inputs, ["figures", "evaluation.json"])
@@ -271,7 +271,7 @@ class _Run:
         return text + f"![loss curves]({figure.relative_to(self.folder.path)})\n"
 
     def _loss_figure(self, curves: dict[str, dict[int, float]], losses: dict[str, float] | None) -> Path:
-        from ..eval.plots import plot_loss_curves
+        from .eval.plots import plot_loss_curves
 
         points = None
         if losses:
@@ -390,7 +390,7 @@ def heldout_loss(model_dir: Path, ids: Any, window: int = WINDOW, batch: int = 8
     import torch
     import torch.nn.functional as F
 
-    from ..eval.loading import load_model
+    from .eval.loading import load_model
 
     n = len(ids) // window
     if n == 0:
