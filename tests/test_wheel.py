@@ -32,6 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM
 import olmo_repo
 from olmo_repo.hf import RepoLlamaConfig, RepoLlamaForCausalLM, RepoOlmo2Config, RepoOlmo2ForCausalLM
+from olmo_repo.hf.files import as_hf_dir
 
 absent = [m for m in ("olmo", "olmo_core", "lm_eval", "vllm", "datasets", "wandb") if importlib.util.find_spec(m)]
 small = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -43,6 +44,8 @@ for config, model_class in ((RepoOlmo2Config, RepoOlmo2ForCausalLM), (RepoLlamaC
     ids = torch.randint(0, 64, (1, 12))
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
+        with as_hf_dir(folder) as same:  # what evaluation and the explorer take: an HF directory as it is
+            assert str(same) == folder
         again = AutoModelForCausalLM.from_pretrained(folder).eval()
     with torch.no_grad():
         a, b = model(ids).logits, again(ids).logits
