@@ -200,6 +200,24 @@ def test_the_train_command_refuses_a_bad_entry_before_training(data, tmp_path):
     assert not (save / "config.yaml").exists() and not (save / "metrics.jsonl").exists()
 
 
+def test_the_launchers_check_refuses_a_length_too_short_as_the_workers_build_would(data, tmp_path):
+    """`scripts/train.py --check` (and `--nproc-per-node`, before any worker starts) builds one prompt per entry:
+    a haystack that does not fit is refused there, in the words each worker's build uses."""
+    from olmo_repo.train.run import check
+
+    overrides = _overrides(data, tmp_path / "run", _entries("niah_single_1@200"))
+    with pytest.raises(OLMoConfigurationError) as checked:
+        check(str(STAGE1), overrides, world_size=1, local_world_size=1)
+    install()
+    with pytest.raises(OLMoConfigurationError) as built:
+        build_evaluators(RepoTrainConfig.load(STAGE1, overrides), torch.device("cpu"))
+    assert str(checked.value) == str(built.value)
+    assert "evaluators[0].label: 'niah_single_1@200'" in str(
+        checked.value
+    ) and "length 200 is too short" in str(checked.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_prompts_sets_the_prompt_count_of_niah_entries_only(data, tmp_path):
     install()
     entries = f"[{_lm(data)}, {{label: niah_multikey_1, type: downstream, prompts: 3}}]"

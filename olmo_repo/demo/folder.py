@@ -23,7 +23,8 @@ class DemoFolder:
     MARKER = ".olmo-repo-demo"
     STAGES = "stages.json"  # {stage: {"inputs": digest, "done": bool, and the facts `finish` was given}}
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kind: str = "demo", writes: str = "its corpus and runs"):
+        """`kind` and `writes` name the command and what it writes in the message that refuses a folder."""
         self.path, marker = path, path / self.MARKER
         if path.exists() and not path.is_dir():
             raise RepoError(f"{path} is a file: pass a folder for the demo's outputs")
@@ -31,8 +32,8 @@ class DemoFolder:
             self.entries: list[str] = _read_json(marker, "the demo's list of its files: pass a new folder")
         elif path.is_dir() and any(path.iterdir()):
             raise RepoError(
-                f"{path} is not empty and not a previous demo's folder: pass a new or empty folder (the demo "
-                "writes its corpus and runs there)"
+                f"{path} is not empty and not a previous {kind}'s folder: pass a new or empty folder (the {kind} "
+                f"writes {writes} there)"
             )
         else:
             self.entries = []

@@ -369,7 +369,7 @@ def markdown_table(scores: Mapping[str, Mapping[int, float]], samples: int | Non
     rows.append(["**average**", *(_pct(sum(a) / len(a), samples and samples * len(a)) for a in averages)])
     table = tables.markdown_table(["variant", *map(str, lengths)], rows) + "\n"
     if samples:
-        table += f"\n{samples} samples per cell; in brackets the 95% interval (Wilson) of each score.\n"
+        table += f"\n{samples} sample{'s' * (samples != 1)} per cell; in brackets the 95% interval (Wilson) of each score.\n"
     return table
 
 

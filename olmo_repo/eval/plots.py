@@ -7,6 +7,7 @@
 - `plot_attention_mass`: attention mass on needle / query / other tokens per layer, per model
 - `plot_niah_accuracy`: NIAH score against context length, per model
 - `plot_niah_curves`: in-loop NIAH score against the training step, per model and group of variants
+- `plot_loss_curves`: training loss against the step, per run, with held-out losses as points
 
 Each takes the result of the matching analysis function and a path, writes the PNG (creating its folder) and
 returns the path.
@@ -28,6 +29,7 @@ from .positions import PATTERNS
 
 __all__ = [
     "plot_attention_mass",
+    "plot_loss_curves",
     "plot_niah_accuracy",
     "plot_niah_curves",
     "plot_pattern_shares",
@@ -245,4 +247,38 @@ def plot_niah_curves(
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_loss_curves(
+    curves: Mapping[str, Mapping[int, float]],
+    path: PathLike,
+    *,
+    points: Mapping[str, Mapping[int, float]] | None = None,
+    baseline: float | None = None,
+    title: str = "",
+) -> Path:
+    """Training losses {run: {step: loss}} against the step, one line per run; `points` ({run: {step: loss}},
+    e.g. held-out losses) as markers in their run's colour, `baseline` (e.g. the starting model's held-out loss)
+    as a dashed line."""
+    if not curves or not all(curves.values()):
+        raise ValueError("no loss curves to plot")
+    fig, (ax,) = _figure(6.5, 4.0)
+    for i, (name, by_step) in enumerate(curves.items()):
+        steps = sorted(by_step)
+        (line,) = ax.plot(
+            steps, [by_step[s] for s in steps], linewidth=1.2, label=f"{name}, training batches"
+        )
+        held = (points or {}).get(name, {})
+        if held:
+            xs = sorted(held)
+            ax.plot(xs, [held[s] for s in xs], "osD^v"[i % 5], color=line.get_color(), markersize=7,
+                    linestyle=":", label=f"{name}, held out")  # fmt: skip
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="starting model, held out")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("cross-entropy (nats per token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "loss against the training step")
     return _save(fig, path)

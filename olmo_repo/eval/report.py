@@ -62,9 +62,11 @@ def niah_section(
     training: int,
     figures: Path,
     groups: Mapping[str, Sequence[str]],
+    samples: int | None = None,
 ) -> str:
     """The NIAH section of `niah_scores`' {model: {variant: {length: score}}}: per group of variants the
-    average per model and length (percent) and its plot in `figures`, then each model's per-variant table."""
+    average per model and length (percent) and its plot in `figures`, then each model's per-variant table
+    (with `samples` per cell, each score's 95% interval)."""
     lengths = sorted({n for by_variant in scores.values() for row in by_variant.values() for n in row})
     header = [
         "model",
@@ -91,7 +93,8 @@ def niah_section(
         )
         figure_links.append(f"![NIAH{named}]({figures.name}/{figure.name})")
     per_variant = "".join(
-        f"\n<details><summary>{name}, per variant</summary>\n\n{niah.markdown_table(by_variant)}\n</details>\n"
+        f"\n<details><summary>{name}, per variant</summary>\n\n{niah.markdown_table(by_variant, samples)}\n"
+        "</details>\n"
         for name, by_variant in scores.items()
     )
     return (
@@ -129,12 +132,14 @@ def report_sections(
     samples: int = 20,
     tokens: int | None = None,
     seed: int = RULER_SEED,
+    lengths: Sequence[int] | None = None,
     done: int = 0,
 ) -> Iterator[str]:
     """Evaluate `models` ({name: HF directory of any family}, the same training length) and yield each Markdown section of
     the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
     `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
-    count of the FLOPs table (none: no table). `done`: how many sections the caller holds already from an
+    count of the FLOPs table (none: no table). `lengths`: NIAH's context lengths (default: the training length,
+    2x and 4x); the attention and position analyses run at the first. `done`: how many sections the caller holds already from an
     interrupted evaluation with the same inputs (with their figures); those are neither computed nor yielded."""
     configs = {name: read_config(d) for name, d in models.items()}
     trained = {training_length(c) for c in configs.values()}
@@ -142,7 +147,9 @@ def report_sections(
         raise ValueError(
             f"the models were trained at different lengths {sorted(trained)}; compare like with like"
         )
-    length = trained.pop()
+    training = trained.pop()
+    lengths = list(lengths or (training, 2 * training, 4 * training))
+    length = lengths[0]  # the attention and position analyses' context
     groups = groups or {"all": list(variants)}
     variants = [v for group in groups.values() for v in group]
 
@@ -151,8 +158,8 @@ def report_sections(
         return {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
 
     def needles() -> str:
-        scores = niah_scores(models, [length, 2 * length, 4 * length], variants, samples, seed)
-        return f"## Needle in a haystack\n\n{niah_section(scores, length, figures, groups)}"
+        scores = niah_scores(models, lengths, variants, samples, seed)
+        return f"## Needle in a haystack\n\n{niah_section(scores, training, figures, groups, samples)}"
 
     def attention() -> str:
         tokenizer = next(iter(loaded().values()))[1]

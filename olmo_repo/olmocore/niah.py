@@ -74,6 +74,11 @@ def _hf_tokenizer(identifier: str | None) -> Any:
         )
     if Path(identifier).is_file():
         return PreTrainedTokenizerFast(tokenizer_file=identifier)
+    if identifier.endswith(".json") or Path(identifier).is_absolute():  # a file, not a Hub id
+        raise OLMoConfigurationError(
+            f"trainer.callbacks.niah.tokenizer.identifier={identifier} does not exist: in-loop NIAH builds its "
+            "prompts with it"
+        )
     return AutoTokenizer.from_pretrained(identifier)
 
 
@@ -116,6 +121,25 @@ class NiahCallbackConfig(CallbackConfig):
             raise OLMoConfigurationError(f"trainer.callbacks.niah.prompts={self.prompts}: at least one")
         return length
 
+    def check_prompts_fit(self, max_len: int) -> None:
+        """`check`, then each variant's first prompt built with the tokenizer: a length too short for a variant's
+        haystack is refused before any worker starts, in the words `build` would use (each worker builds every
+        prompt; this builds one per variant)."""
+        from ..eval.niah import VARIANTS
+
+        length = self.check(max_len)
+        hf = _hf_tokenizer(self.tokenizer.identifier)
+        for variant in self.variants or list(VARIANTS):
+            self._rows(hf, variant, length, 1)
+
+    def _rows(self, hf: Any, variant: str, length: int, prompts: int) -> list:
+        try:
+            return niah_rows(hf, variant, length, prompts, self.seed)
+        except ValueError as e:
+            raise OLMoConfigurationError(
+                f"trainer.callbacks.niah: {variant} at {length} tokens: {e}"
+            ) from None
+
     def build(self, trainer: Trainer) -> EvaluatorCallback | None:
         if not self.enabled:
             return None
@@ -128,12 +152,7 @@ class NiahCallbackConfig(CallbackConfig):
         rank, world = get_rank(trainer.dp_process_group), get_world_size(trainer.dp_process_group)
         evaluators = []
         for variant in self.variants or list(VARIANTS):
-            try:
-                rows = niah_rows(hf, variant, length, self.prompts, self.seed)
-            except ValueError as e:
-                raise OLMoConfigurationError(
-                    f"trainer.callbacks.niah: {variant} at {length} tokens: {e}"
-                ) from None
+            rows = self._rows(hf, variant, length, self.prompts)
             name = variant if length == max_len else f"{variant}@{length}"
             batches = RankBatches(rows, batch_size, length, self.tokenizer.pad_token_id, rank, world)
             evaluators.append(

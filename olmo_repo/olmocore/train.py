@@ -182,9 +182,9 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
             block.sequence_mixer.check(model.n_layers)
     _check_batch(config, world_size or int(os.environ.get("WORLD_SIZE", "1")))
-    for callback in config.trainer.callbacks.values():  # what its build would refuse once the model is up
-        if isinstance(callback, NiahCallbackConfig) and callback.enabled:
-            callback.check(config.train_module.max_sequence_length)
+    niah = [c for c in config.trainer.callbacks.values() if isinstance(c, NiahCallbackConfig) and c.enabled]
+    for callback in niah:  # what its build would refuse once the model is up (no prompt built yet)
+        callback.check(config.train_module.max_sequence_length)
     for path in _data_paths(config.dataset):
         if not is_url(path) and not Path(path).is_file():
             raise RepoError(
@@ -193,6 +193,8 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
     if config.load_path and not is_url(config.load_path):
         check_stage1(config.load_path, model)
     _check_tokenizer(config)
+    for callback in niah:  # one prompt per variant with the tokenizer checked above: a haystack too long
+        callback.check_prompts_fit(config.train_module.max_sequence_length)
     if (
         not is_url(save) and folder.is_dir()
     ):  # last: the checkpoint a resume loads, a corrupt newer moved aside

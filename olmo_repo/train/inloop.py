@@ -68,6 +68,7 @@ __all__ = [
     "NiahMetric",
     "build_evaluator",
     "check_entry",
+    "check_prompts_fit",
     "install",
     "metric_name",
     "niah_rows",
@@ -157,25 +158,44 @@ def build_niah_evaluator(
     cannot fit the prompts."""
     from transformers import PreTrainedTokenizerFast
 
-    key, label = _key(train_config, eval_config), eval_config.label
     entry = check_entry(train_config, eval_config, prompts)
-    variant, length, prompts, seed = entry.variant, entry.length, entry.prompts, entry.seed
+    length = entry.length
     hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer.base_tokenizer)
-    try:
-        rows = niah_rows(hf, variant, length, prompts, seed)
-    except ValueError as e:
-        raise OLMoConfigurationError(
-            f"{key}.label: {label!r} with tokenizer.identifier {train_config.tokenizer.identifier}: {e}"
-        ) from None
+    rows = _rows(train_config, eval_config, hf, entry)
     batch_size = eval_config.device_eval_batch_size or train_config.device_train_microbatch_size
     batches = _Batches(rows, batch_size, length, tokenizer.pad_token_id, get_global_rank(), get_world_size())
     return NiahEvaluator(
-        label=label,
+        label=eval_config.label,
         type=eval_config.type,
         eval_loader=DataLoader(batches, batch_size=None),
         eval_metric=NiahMetric(rows).to(device),
         subset_num_batches=len(batches),  # all of them, whatever eval_subset_num_batches says
     )
+
+
+def check_prompts_fit(train_config: TrainConfig, eval_config: EvaluatorConfig) -> None:
+    """`check_entry`, then the entry's first prompt built with the run's tokenizer: a length too short for the
+    variant's haystack is refused before any worker starts, in the words its evaluator's build would use (each
+    worker builds every prompt; this builds one)."""
+    from olmo.tokenizer import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    entry = check_entry(train_config, eval_config)
+    if entry.variant:
+        tokenizer = Tokenizer.from_train_config(train_config)
+        hf = PreTrainedTokenizerFast(tokenizer_object=tokenizer.base_tokenizer)
+        _rows(train_config, eval_config, hf, NiahEntry(entry.variant, entry.length, 1, entry.seed))
+
+
+def _rows(train_config: TrainConfig, eval_config: EvaluatorConfig, hf: Any, entry: NiahEntry) -> list:
+    """The entry's rows (`niah_rows`); `OLMoConfigurationError` naming the key where the prompts do not fit."""
+    try:
+        return niah_rows(hf, entry.variant, entry.length, entry.prompts, entry.seed)
+    except ValueError as e:
+        raise OLMoConfigurationError(
+            f"{_key(train_config, eval_config)}.label: {eval_config.label!r} with tokenizer.identifier "
+            f"{train_config.tokenizer.identifier}: {e}"
+        ) from None
 
 
 def build_evaluator(

@@ -53,7 +53,7 @@ from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
-from .inloop import check_entry
+from .inloop import check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .run_folder import (
     check_resumed_config,
@@ -361,8 +361,8 @@ def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_
     patch_torch_for_olmo()
     cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
     preflight(cfg, cuda=torch.cuda.is_available(), world_size=world_size, local_world_size=local_world_size)
-    for evaluator in cfg.evaluators:  # what each rank's evaluator build would refuse (no prompt is built)
-        check_entry(cfg, evaluator)
+    for evaluator in cfg.evaluators:  # what each rank's evaluator build would refuse (one prompt built)
+        check_prompts_fit(cfg, evaluator)
     _point_at_latest_checkpoint(cfg)
     earlier_start_here(cfg)
     model_pt = Path(cfg.load_path or "", "model.pt")

@@ -11,7 +11,7 @@ import pytest
 from olmo_repo.cli import core_convert_from_hf, core_convert_to_hf, core_train
 from olmo_repo.demo import BASE_DIR
 
-from .training import TINY
+from .training import TINY, random_corpus
 
 
 @pytest.fixture
@@ -190,9 +190,7 @@ def test_core_train_takes_data_ended_by_any_of_the_models_end_ids(tmp_path, caps
 
 
 def test_core_train_check_starts_nothing(tmp_path, capsys):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    data = random_corpus(tmp_path / "data")  # with the tokenizer.json in-loop NIAH builds its prompts with
     argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}"]
     assert core_train.main(["--check", "--nnodes=2", "--nproc-per-node=2", *argv]) == 0
     assert capsys.readouterr().out.endswith("core_train.py: the run can start on 2 node(s) x 2 process(es)\n")
@@ -338,9 +336,7 @@ def test_a_corrupt_latest_checkpoint_is_moved_aside_and_the_run_resumes_from_the
     """As on the ai2-olmo side (test_run_folder.py): the newest checkpoint cut short is moved aside (never
     deleted) with a warning, so that OLMo-core's resume, which takes the newest, loads the intact one; every
     checkpoint corrupt is one line, nothing moved."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "stage2.npy").write_bytes(b"\0" * 4 * 512 * 8)
+    data = random_corpus(tmp_path / "data")
     run = tmp_path / "run"
     _run_with_steps(run, model_checkpoint, {2: None, 4: "__0_1.distcp"})
     argv = [str(TINY), f"--save-folder={run}", f"--data-root={data}", "--dry-run"]
@@ -364,3 +360,25 @@ def test_a_truncated_checkpoint_is_one_line_for_the_converter(tmp_path, capsys, 
     assert core_convert_to_hf.main(["--input", str(truncated), "--output", str(tmp_path / "hf")]) == 1
     _one_line(capsys, "core_convert_to_hf.py", "__0_1.distcp is 100 bytes of")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize(
+    "tokenizer, says",
+    [
+        (True, "trainer.callbacks.niah: niah_single_1 at 100 tokens: niah_single_1: length 100 is too short"),
+        (False, "trainer.callbacks.niah.tokenizer.identifier={data}/tokenizer.json does not exist"),
+    ],
+)
+def test_a_niah_length_its_haystack_does_not_fit_is_refused_before_workers_start(
+    tmp_path, capsys, tokenizer, says
+):
+    """The launcher builds one prompt per variant: what each worker's NIAH build would refuse, said once."""
+    data = random_corpus(tmp_path / "data")
+    if not tokenizer:
+        (data / "tokenizer.json").unlink()
+    save = tmp_path / "run"
+    argv = [str(TINY), f"--save-folder={save}", f"--data-root={data}", "--nproc-per-node=2",
+            "--trainer.callbacks.niah.length=100"]  # fmt: skip
+    assert core_train.main(argv) == 1
+    _one_line(capsys, "core_train.py", says.format(data=data))
+    assert not save.exists()

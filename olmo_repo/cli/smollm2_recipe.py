@@ -1,0 +1,127 @@
+"""`scripts/smollm2_recipe.py [OUT_DIR]`: the paper's recipe at CPU scale on a real pretrained model, SmolLM2-135M,
+with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.demo.smollm2`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import RepoError
+from . import run
+
+__all__ = ["main"]
+
+PROG = "smollm2_recipe.py"
+
+_EPILOG = """\
+Stages, each a command of the project (docs/smollm2.md), recorded in OUT_DIR: the SmolLM2 directory
+(scripts/smollm2.py), Python's documentation in its tokens with the last topics held out
+(scripts/tokenize_text.py), the stock model as the OLMo-core stage-1 checkpoint (core_convert_from_hf.py), two
+runs of configs/olmocore/smollm2-repo.py on the same batches, RePo in layers 9..29 and RoPE
+(core_train.py --nproc-per-node), their checkpoints in HF form (core_convert_to_hf.py), held-out losses, then
+NIAH, attention mass and learned positions (olmo_repo.eval.report). OUT_DIR/report.md is rewritten as each
+stage finishes. A rerun skips the stages that finished with the same options and resumes an interrupted
+training run from its checkpoint; changing an option redoes the stages it affects.
+
+Run it in the OLMo-core environment (make install-core), from a checkout:
+
+    .venv-core/bin/python scripts/smollm2_recipe.py                 # runs/smollm2-recipe, ~60 min on 2 cores
+    .venv-core/bin/python scripts/smollm2_recipe.py --steps 20 --samples 4 runs/recipe-short
+
+Exit codes: 0 done, 1 a stage failed or bad input (one line naming the log or the file), 2 bad arguments,
+130 interrupted (rerun to resume).
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..demo.smollm2 import Recipe  # light: a dataclass and pathlib
+
+    default = Recipe()
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Continue SmolLM2-135M-Instruct (Q4_1 dequantised) on OLMo-core with RePo from its 10th "
+        "layer and, as the control, with RoPE, on the same data for the same steps; report the insertion cost, "
+        "both loss curves, NIAH before and after, and the learned positions.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "out_dir",
+        nargs="?",
+        type=Path,
+        default=Path("runs/smollm2-recipe"),
+        metavar="OUT_DIR",
+        help="folder for everything the recipe writes: new, empty, or a previous recipe's (resumed; other "
+        "files there stay) (default: runs/smollm2-recipe)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=default.steps,
+        help=f"training steps of each run, 4 x 256 tokens each (default: {default.steps}, about one pass over the "
+        "training text)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=default.samples,
+        help=f"NIAH prompts per variant and length (default: {default.samples})",
+    )
+    parser.add_argument(
+        "--lengths",
+        default=",".join(map(str, default.lengths)),
+        help="NIAH context lengths, comma-separated; the attention and position analyses run at the first "
+        f"(default: {','.join(map(str, default.lengths))})",
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(default.variants),
+        help=f"RULER NIAH variants, comma-separated (default: {','.join(default.variants)})",
+    )
+    parser.add_argument(
+        "--heldout-topics",
+        type=int,
+        default=default.heldout_topics,
+        help=f"topics of the documentation held out for the held-out loss, the last by name (default: "
+        f"{default.heldout_topics})",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="an existing SmolLM2 directory written by scripts/smollm2.py (checked, not copied; default: one is "
+        "written in OUT_DIR)",
+    )
+    parser.add_argument(
+        "--procs",
+        type=int,
+        default=default.procs,
+        help=f"training processes per run (gloo, one thread each; default: {default.procs})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        lengths = tuple(int(n) for n in args.lengths.split(","))
+    except ValueError:
+        parser.error(f"--lengths {args.lengths}: comma-separated integers, e.g. 1024,2048,4096")
+    variants = tuple(v for v in args.variants.split(",") if v)
+    for flag, value in (("--steps", args.steps), ("--samples", args.samples), ("--procs", args.procs),
+                        ("--heldout-topics", args.heldout_topics), ("--lengths", min(lengths))):  # fmt: skip
+        if value < 1:
+            parser.error(f"{flag} must be at least 1; got {value}")
+
+    def recipe() -> None:
+        from ..demo.smollm2 import run_recipe
+        from ..eval.niah import VARIANTS  # after the arguments: imports lm-eval
+
+        if unknown := [v for v in variants if v not in VARIANTS]:
+            raise ValueError(f"--variants: unknown {', '.join(unknown)}; allowed: {', '.join(VARIANTS)}")
+        options = Recipe(
+            args.steps, args.heldout_topics, lengths, variants, args.samples, args.procs, args.model
+        )
+        run_recipe(args.out_dir, options)
+
+    return run(PROG, recipe, lambda: (RepoError, ValueError, FileNotFoundError))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

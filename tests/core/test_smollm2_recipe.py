@@ -1,0 +1,99 @@
+"""`scripts/smollm2_recipe.py` end to end at its smallest size (1 step per run, one NIAH prompt at 512 tokens) on
+the real SmolLM2 directory: the two runs, the held-out losses and the report; a rerun changes nothing; a folder
+that is not the recipe's is refused before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from olmo_repo.demo.smollm2 import heldout_loss
+from olmo_repo.metrics import METRICS_FILE, read_metrics
+from olmo_repo.output import PNG_SIGNATURE
+
+from .training import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two training runs of a 135M model, NIAH, analyses
+
+RECIPE = [sys.executable, str(ROOT / "scripts" / "smollm2_recipe.py")]
+SMALLEST = [
+    "--steps=1",
+    "--samples=1",
+    "--lengths=512",
+    "--variants=niah_single_1",
+    "--procs=1",
+    "--heldout-topics=1",
+]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([*RECIPE, *args], env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_dir, tmp_path):
+    out = tmp_path / "recipe"
+    done = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    stages = json.loads((out / "stages.json").read_text())
+    assert all(record["done"] for record in stages.values()), stages
+    assert stages["data"]["heldout_tokens"] > 256 and stages["data"]["train_tokens"] > 100_000
+    held = np.fromfile(out / "data" / "heldout.npy", dtype=np.uint32)
+    train = np.fromfile(out / "data" / "train.npy", dtype=np.uint32)
+    assert (
+        len(held) == stages["data"]["heldout_tokens"] and train[-1] == held[-1] == 2
+    )  # whole topics, each ended
+
+    losses = json.loads(stages["heldout"]["losses"])
+    assert list(losses) == ["stock", "RePo, step 0", "RoPE, step 1", "RePo, step 1"]
+    # The insertion cost: fresh f_phi predicts positions near 0, so layers 9..29 start position-less (NoPE).
+    assert losses["RePo, step 0"] > losses["stock"]
+    # Both arms trained the same step; only RePo logs positions, for exactly its layers.
+    records = {name: read_metrics(out / f"run-{name}" / METRICS_FILE) for name in ("repo", "rope")}
+    for name, logged in records.items():
+        assert [r["step"] for r in logged if "train/CE loss" in r] == [1], name
+    layers = {k.split("/")[2] for r in records["repo"] for k in r if k.startswith("train/positions/")}
+    assert layers == {f"layer{i}" for i in range(9, 30)}
+    assert not any(k.startswith("train/positions/") for r in records["rope"] for k in r)
+
+    report = (out / "report.md").read_text()
+    for heading in ("## Insertion cost and training", "## Needle in a haystack", "## Learned positions: RePo",
+                    "## What this shows, and what it does not"):  # fmt: skip
+        assert heading in report, heading
+    assert "## Learned positions: RoPE" not in report and f"| stock | {losses['stock']:.4f} |" in report
+    assert (out / "figures" / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
+
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    again = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("done before with the same inputs, kept") == len(stages)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_heldout_loss_is_transformers_own_mean_loss_over_the_windows(smollm2_dir):
+    ids = np.random.default_rng(0).integers(3, 49152, size=3 * 64 + 5, dtype=np.uint32)  # 3 windows, a rest
+    got = heldout_loss(smollm2_dir, ids, window=64, batch=2)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    x = torch.from_numpy(ids[: 3 * 64].astype(np.int64)).view(3, 64)
+    with torch.no_grad():  # transformers' loss: the mean over each window's 63 predicted tokens
+        expected = torch.stack([model(row[None], labels=row[None]).loss for row in x]).mean().item()
+    # fp32 sums over 49152 logits per token: relative error a few ulps times log(V)
+    assert abs(got - expected) <= 64 * torch.finfo(torch.float32).eps * abs(expected)
+
+
+def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    done = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "smollm2_recipe.py: error:" in done.stderr and str(out) in done.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
