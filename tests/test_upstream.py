@@ -14,7 +14,7 @@ import pytest
 from olmo_repo.upstream import resolve, source_hash
 
 MODULES = ["olmo", "torch", "wandb", "transformers", "lm_eval", "nltk"]
-PINNED = {  # distribution -> the version the canaries were taken at (pyproject pins the same)
+PINNED = {  # distribution -> the version the canaries were taken at (= requirements/constraints-main.txt)
     "ai2-olmo": "0.6.0",
     "torch": "2.13.0",
     "transformers": "5.24.0",

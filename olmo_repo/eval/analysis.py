@@ -147,7 +147,7 @@ def plot_head_positions(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..hf.convert import as_hf_dir
+    from ..hf.files import as_hf_dir
     from ..integrity import require_model_dir
     from ..modes import repo_layer_ids
     from ..output import PNG_SIGNATURE, check_replaceable_file

@@ -95,7 +95,7 @@ def evaluate_request(request: EvalRequest) -> Evaluation:
     check_request(request)
     import torch
 
-    from ..hf.convert import as_hf_dir
+    from ..hf.files import as_hf_dir
     from ..upstream import lm_eval
     from .loading import read_config, training_length, yarn_overrides
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..eval.loading import read_config
 from ..eval.positions import position_patterns, position_spans
-from ..hf.convert import as_hf_dir
+from ..hf.files import as_hf_dir
 from ..modes import layer_modes, repo_layer_ids
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]

@@ -6,8 +6,9 @@
   transformers + torch). A model whose layers are all RoPE becomes a plain `olmo2` checkpoint. The input
   may also be a local HF directory in the reference implementation's format (an `olmo2` config.json with
   `pe_config`): it is re-written in this project's format.
-- `as_hf_dir(path)`: what evaluation and analysis take as MODEL: an HF directory as is, or an OLMo checkpoint
-  converted into a temporary directory for the duration of a `with` block.
+- `as_hf_dir(path)`: what evaluation, analysis and the explorer take as MODEL: an HF directory as is, or an OLMo
+  checkpoint converted into a temporary directory for the duration of a `with` block (`olmo_repo.hf.files`, so
+  that an HF directory needs no ai2-olmo; here too).
 - `convert_from_hf(input, output)`: an HF `olmo2` (stock, e.g. an OLMo-2 stage-1 revision), `repo_olmo2` or
   reference-format directory -> an unsharded OLMo checkpoint (`config.yaml`, `model.pt`, `train.pt` at step 0)
   usable as `load_path` (with `reset_optimizer_state: true`: there is no `optim.pt`) and by
@@ -20,9 +21,6 @@ target and renamed at the end (`olmo_repo.output.staged_dir`): a failure leaves 
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -34,12 +32,12 @@ from omegaconf import OmegaConf as om
 from tokenizers import Tokenizer
 
 from ..config import RepoModelConfig, RepoTrainConfig
-from ..integrity import olmo_core_checkpoint_problem, require_intact
+from ..integrity import require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
 from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
 from . import DTYPES
-from .files import check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
+from .files import as_hf_dir, check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
 from .formats import read_hf_config
 from .mapping import (
     hf_config_from_olmo,
@@ -175,27 +173,3 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
         if (input / "tokenizer.json").is_file():
             shutil.copyfile(input / "tokenizer.json", staging / "tokenizer.json")
     return Path(output)
-
-
-@contextmanager
-def as_hf_dir(path: PathOrStr, *, tokenizer: str | None = None) -> Iterator[Path]:
-    """Yield an HF directory for `path`: `path` itself if it holds a config.json (this project's, a stock HF
-    model's or the reference's format), else an unsharded OLMo checkpoint of this project (config.yaml +
-    model.pt; local, http(s) or s3) converted into a temporary directory that is removed on exit.
-
-    Raises FileNotFoundError naming `path` when it is neither.
-    """
-    if "://" not in str(path):
-        local = Path(path)
-        if problem := olmo_core_checkpoint_problem(local, "scripts/core_convert_to_hf.py"):
-            raise FileNotFoundError(problem)
-        if (local / "config.json").is_file():
-            yield local
-            return
-        if not (local / "config.yaml").is_file() or not (local / "model.pt").is_file():
-            raise FileNotFoundError(
-                f"{path}: not a model directory; expected a Hugging Face directory (config.json) or an "
-                "unsharded OLMo checkpoint of this project (config.yaml and model.pt)"
-            )
-    with tempfile.TemporaryDirectory(prefix="olmo-repo-hf-") as tmp:
-        yield convert_to_hf(path, Path(tmp) / "hf", tokenizer=tokenizer)
