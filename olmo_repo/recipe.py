@@ -124,6 +124,11 @@ class _Run:
         if len(ends) <= self.recipe.heldout_topics:
             raise RepoError(f"{tokens}/train.npy holds {len(ends)} documents: too few to hold some out")
         cut = int(ends[-self.recipe.heldout_topics - 1]) + 1
+        if len(ids) - cut < WINDOW:  # before any training: the held-out loss needs one whole window
+            raise RepoError(
+                f"--heldout-topics={self.recipe.heldout_topics} holds {len(ids) - cut} tokens, fewer than one window "
+                f"of {WINDOW}: hold out more topics"
+            )
         data = self.folder.entry("data")
         data.mkdir(exist_ok=True)
         (data / "tokenizer.json").write_bytes((tokens / "tokenizer.json").read_bytes())

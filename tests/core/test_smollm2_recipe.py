@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ SMALLEST = [
     "--lengths=512",
     "--variants=niah_single_1",
     "--procs=1",
-    "--heldout-topics=1",
+    "--heldout-topics=2",
 ]
 
 
@@ -87,6 +88,18 @@ def test_heldout_loss_is_transformers_own_mean_loss_over_the_windows(smollm2_dir
         expected = torch.stack([model(row[None], labels=row[None]).loss for row in x]).mean().item()
     # fp32 sums over 49152 logits per token: relative error a few ulps times log(V)
     assert abs(got - expected) <= 64 * torch.finfo(torch.float32).eps * abs(expected)
+
+
+def test_too_few_heldout_tokens_are_refused_before_any_training(smollm2_dir, tmp_path):
+    out = tmp_path / "recipe"
+    done = _run(str(out), f"--model={smollm2_dir}", *SMALLEST[:-1], "--heldout-topics=1")  # ~180 tokens
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and re.fullmatch(
+        r"smollm2_recipe\.py: error: --heldout-topics=1 holds \d+ tokens, fewer than one window of 256: hold out "
+        r"more topics",
+        last,
+    ), done.stderr
+    assert not (out / "run-repo").exists() and not (out / "core-stock").exists()
 
 
 def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path):
