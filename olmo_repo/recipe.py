@@ -25,7 +25,6 @@ the figures do and do not show at this scale.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .demo.folder import DemoFolder
+from .demo.folder import DemoFolder, digest
 from .errors import RepoError
 from .metrics import METRICS_FILE, read_metrics
 from .tables import markdown_table
@@ -70,7 +69,7 @@ class Recipe:
 
     def digest(self, *fields: str) -> str:
         values = asdict(self)
-        return _digest(json.dumps({f: values[f] for f in fields}), CONFIG.read_bytes())
+        return digest(json.dumps({f: values[f] for f in fields}), CONFIG.read_bytes())
 
 
 def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
@@ -94,6 +93,7 @@ class _Run:
     def __init__(self, folder: DemoFolder, recipe: Recipe):
         self.folder, self.recipe = folder, recipe
         self.model_dir = Path(recipe.model) if recipe.model else folder.path / "smollm2-135m"
+        self._previous = ""  # the digest of the stage before: a stage redone redoes every stage after it
         self.data_dir = folder.path / "data"
 
     # -- stages ---------------------------------------------------------------------------------------------
@@ -344,14 +344,12 @@ class _Run:
     def _stage(self, name: str, inputs: str, outputs: list[str]) -> str:
         """The stage's state; a stage whose inputs changed is redone with every stage after it (their
         inputs digest this one's)."""
-        inputs = _digest(inputs, self._previous)
+        inputs = digest(inputs, self._previous)
         state = self.folder.stage(name, inputs, outputs)
         self._previous = inputs
         if state == "done":
             print(f"   {name}: done before with the same inputs, kept")
         return state
-
-    _previous = ""
 
     def _command(self, stage: str, command: str, *args: str) -> None:
         log = self.folder.entry(f"{stage}.log")
@@ -433,11 +431,3 @@ def _end_id(model_dir: Path) -> int:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled"), "PYTHONUNBUFFERED": "1"}
-
-
-def _digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "little") + data)
-    return h.hexdigest()[:16]

@@ -3,6 +3,7 @@ put there."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -113,3 +114,12 @@ def _read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RepoError(f"{path} cannot be read ({e}); it holds {what}") from e
+
+
+def digest(*parts: str | bytes) -> str:
+    """A short digest of `parts` (each length-prefixed): what a stage records of its inputs."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()[:16]

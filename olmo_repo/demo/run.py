@@ -28,7 +28,6 @@ so in one line).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -44,7 +43,7 @@ from ..output import PNG_SIGNATURE
 from ..tables import markdown_table
 from . import BASE_DIR, PROCS, SAMPLES, config_path
 from .corpus import corpus_windows
-from .folder import DemoFolder
+from .folder import DemoFolder, digest
 from .training import RunResult, latest_checkpoint, niah_curves, run_training, summarise
 
 __all__ = ["STAGE2", "run_demo", "separation"]
@@ -142,17 +141,17 @@ class _Demo:
             self.overrides[name] += _in_loop_prompts(name, samples)
         self.windows = corpus_windows(steps)
         files = [p.read_bytes() for p in sorted(base_dir.iterdir()) if p.is_file()]
-        inputs = {"base": _digest(*files)}
+        inputs = {"base": digest(*files)}
         corpus_code = (Path(__file__).parent / "corpus.py").read_bytes()
         sized = [] if self.windows == corpus_windows() else [json.dumps(self.windows, sort_keys=True)]
-        inputs["corpus"] = _digest(inputs["base"], corpus_code, *sized)  # a full-size corpus as before sizes
+        inputs["corpus"] = digest(inputs["base"], corpus_code, *sized)  # a full-size corpus as before sizes
         for name, upstream in zip(TRAINING, ["corpus", *["stage1-rope"] * len(STAGE2)]):
             # the folder's own path aside, so that a moved or copied demo folder is still the same demo
             overrides = [o.replace(str(folder.path), "$OUT") for o in self.overrides[name]]
-            inputs[name] = _digest(inputs[upstream], config_path(name).read_bytes(), *overrides)
-        inputs["curves"] = _digest(*(inputs[name] for name in STAGE2.values()))
+            inputs[name] = digest(inputs[upstream], config_path(name).read_bytes(), *overrides)
+        inputs["curves"] = digest(*(inputs[name] for name in STAGE2.values()))
         inputs.update({f"{name}-hf": inputs[name] for name in STAGE2.values()})
-        inputs["evaluation"] = _digest(inputs["curves"], str(samples))
+        inputs["evaluation"] = digest(inputs["curves"], str(samples))
         self.inputs = inputs
 
     def stage(self, name: str, outputs: list[str], read: Callable[[], _T], work: Callable[[bool], Any]) -> _T:
@@ -312,14 +311,6 @@ class _Demo:
         written = self.folder.write_text("report.md", text)
         self.written |= written
         return written
-
-
-def _digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        h.update(len(data).to_bytes(8, "little") + data)
-    return h.hexdigest()[:16]
 
 
 def _config(name: str) -> Any:
