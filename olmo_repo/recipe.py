@@ -78,6 +78,10 @@ def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe(
         raise RepoError(
             f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ folder)"
         )
+    if recipe.model and not Path(recipe.model).is_dir():  # checked, never made there
+        raise RepoError(
+            f"--model {recipe.model} does not exist: pass a directory written by scripts/smollm2.py"
+        )
     folder = DemoFolder(out, "recipe", "its model, data, runs and report")
     run = _Run(folder, recipe)
     start = time.monotonic()

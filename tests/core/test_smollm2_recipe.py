@@ -81,7 +81,7 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
 
 def test_heldout_loss_is_transformers_own_mean_loss_over_the_windows(smollm2_dir):
     ids = np.random.default_rng(0).integers(3, 49152, size=3 * 64 + 5, dtype=np.uint32)  # 3 windows, a rest
-    got = heldout_loss(smollm2_dir, ids, window=64, batch=2)
+    got = heldout_loss(smollm2_dir, ids, window=64, batch=1)  # transformers' row shapes: only sums reorder
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     x = torch.from_numpy(ids[: 3 * 64].astype(np.int64)).view(3, 64)
     with torch.no_grad():  # transformers' loss: the mean over each window's 63 predicted tokens
@@ -100,6 +100,13 @@ def test_too_few_heldout_tokens_are_refused_before_any_training(smollm2_dir, tmp
         last,
     ), done.stderr
     assert not (out / "run-repo").exists() and not (out / "core-stock").exists()
+
+
+def test_a_missing_model_directory_is_refused_and_nothing_is_made_there(tmp_path):
+    done = _run(str(tmp_path / "recipe"), f"--model={tmp_path / 'nope'}", *SMALLEST)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"--model {tmp_path / 'nope'} does not exist" in done.stderr
+    assert not (tmp_path / "nope").exists() and not (tmp_path / "recipe").exists()
 
 
 def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path):
