@@ -1,34 +1,54 @@
-"""Reading this project's unsharded OLMo checkpoints: `load_model`.
+"""A model directory of this project, as the commands take it: `as_hf_dir` and `load_model`.
 
-An unsharded OLMo checkpoint is a directory (local, http(s):// or s3://) with `config.yaml` (a
-`RepoTrainConfig`, or a stock `TrainConfig`), `model.pt` (the model's state dict) and, from a training run,
-`optim.pt` and `train.pt`. Stock `OLMo.from_checkpoint` cannot read RePo checkpoints: its `ModelConfig`
-rejects the `pe_*` keys. Initialising a RePo run from a stage-1 checkpoint is `olmo_repo.train.stage1`.
+Evaluation, the analyses and the explorer read Hugging Face directories only (`olmo_repo.eval`, `olmo_repo.explore`
+import no trainer); the commands give them one through `as_hf_dir`, which is where a trainer's checkpoint meets
+them:
+
+- an HF directory (config.json: this project's, a stock model's, the reference's format) is used as it is;
+- an unsharded ai2-olmo checkpoint of this project (config.yaml + model.pt; local, http(s) or s3) is converted
+  into a temporary directory (`olmo_repo.ai2olmo.hf.convert_to_hf`), removed on exit;
+- an OLMo-core checkpoint is refused in one line naming `scripts/core_convert_to_hf.py` (its environment,
+  `.venv-core`, is not evaluation's).
+
+`load_model(dir)` is ai2-olmo's (`olmo_repo.ai2olmo.checkpoint`), here under its public name. Nothing here loads
+ai2-olmo until a checkpoint needs it.
 """
 
 from __future__ import annotations
 
-import torch
-from olmo.aliases import PathOrStr
-from olmo.model import OLMo
-from olmo.util import resource_path
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .config import RepoModelConfig
-from .integrity import require_intact
-from .registry import build_model
-from .upstream.olmo import make_state_dict_compatible
+from .integrity import require_model_dir
 
-__all__ = ["load_model"]
+if TYPE_CHECKING:
+    from olmo.model import OLMo
+
+__all__ = ["as_hf_dir", "load_model"]
 
 
-def load_model(checkpoint_dir: PathOrStr, device: str = "cpu") -> OLMo:
-    """Build the model of an unsharded checkpoint and load its weights strictly. Returns it in eval mode."""
-    config = RepoModelConfig.load(
-        resource_path(checkpoint_dir, "config.yaml"), key="model", validate_paths=False
-    )
-    config.init_device = "cpu"
-    model = build_model(config)
-    require_intact(weights := resource_path(checkpoint_dir, "model.pt"))
-    state_dict = torch.load(weights, map_location="cpu", weights_only=True)
-    model.load_state_dict(make_state_dict_compatible(model, state_dict))
-    return model.to(torch.device(device)).eval()
+@contextmanager
+def as_hf_dir(path: str | PathLike, *, tokenizer: str | None = None) -> Iterator[Path]:
+    """Yield an HF directory for `path` (see the module docstring); `tokenizer` overrides the one an ai2-olmo
+    checkpoint's config names. Raises FileNotFoundError naming `path` when it is not a model directory, and
+    `CorruptFileError` naming a damaged file, before anything loads."""
+    require_model_dir(path)
+    if "://" not in str(path) and (Path(path) / "config.json").is_file():
+        yield Path(path)
+        return
+    from .ai2olmo.hf import convert_to_hf  # ai2-olmo: only an ai2-olmo checkpoint needs it
+
+    with tempfile.TemporaryDirectory(prefix="olmo-repo-hf-") as tmp:
+        yield convert_to_hf(path, Path(tmp) / "hf", tokenizer=tokenizer)
+
+
+def load_model(checkpoint_dir: str | PathLike, device: str = "cpu") -> OLMo:
+    """Build the model of an unsharded ai2-olmo checkpoint of this project and load its weights strictly; in eval
+    mode (`olmo_repo.ai2olmo.checkpoint.load_model`)."""
+    from .ai2olmo.checkpoint import load_model as load
+
+    return load(checkpoint_dir, device)

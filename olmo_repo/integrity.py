@@ -1,7 +1,7 @@
 """Is a checkpoint or weights file intact? Read from its directory or header alone, cheap for any size.
 
 Standard library only: evaluation, the explorer and the converters check files before loading them without
-importing torch or OLMo. Truncation, the usual damage, always shows in a torch.save file's zip directory
+importing torch or OLMo (`require_model_dir`: what a model directory of the commands is). Truncation, the usual damage, always shows in a torch.save file's zip directory
 or a safetensors header.
 """
 
@@ -11,7 +11,8 @@ import json
 import logging
 import struct
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from os import PathLike
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from .errors import CorruptFileError
 
 __all__ = [
     "OLMO_CORE_CHECKPOINT",
+    "ModelOpener",
     "checkpoint_problems",
     "file_problem",
+    "hf_dir_as_is",
     "latest_intact",
     "olmo_core_checkpoint_problem",
     "require_intact",
@@ -151,3 +154,20 @@ def _free_name(path: Path) -> Path:
         n += 1
         candidate = path.with_name(f"{path.name}.{n}")
     return candidate
+
+
+ModelOpener = Callable[[str], AbstractContextManager[Path]]
+"""How evaluation, the analyses and the explorer open a model the user named: a context manager yielding its HF
+directory. Theirs by default is `hf_dir_as_is`; the commands pass `olmo_repo.checkpoint.as_hf_dir`, which also
+converts a trainer's checkpoint (evaluation imports no trainer)."""
+
+
+@contextmanager
+def hf_dir_as_is(path: str | PathLike) -> Iterator[Path]:
+    """Yield `path`, a Hugging Face directory (config.json), as it is; FileNotFoundError naming it otherwise."""
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{path}: not a Hugging Face directory (no config.json); a trainer's checkpoint is opened through "
+            "olmo_repo.checkpoint.as_hf_dir (what the commands do)"
+        )
+    yield Path(path)

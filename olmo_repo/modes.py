@@ -15,7 +15,7 @@ The paper's setups:
     N2R1 (16 layers)      pe_mode: nope, pe_layer_ids: [0, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15]
 
 The reference implementation spells the same thing two ways: its OLMo YAML (`dynamic_pe_mode`,
-`dynamic_pe_start_layer`, `dynamic_pe_layer_ids`; read by `olmo_repo.config`) and its HF `pe_config`
+`dynamic_pe_start_layer`, `dynamic_pe_layer_ids`; read by `olmo_repo.ai2olmo.config`) and its HF `pe_config`
 (`dynamic_pe_mode` with the misspelled `dynmaic_pe_start_layer`/`dynmaic_pe_layer_ids`; read by
 `olmo_repo.hf.reference`). Both name modes as `REFERENCE_MODES` does and write layer lists as "2,5,8"
 (`parse_layer_ids`).

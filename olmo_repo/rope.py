@@ -288,7 +288,7 @@ def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
 class RepoLayer:
     """The RePo part of the module that owns a layer's q and k, as a mixin (it has no `__init__`).
 
-    The owner (`olmo_repo.block.RepoSequentialBlock`, the HF and vLLM `RepoOlmo2Attention`, the OLMo-core
+    The owner (`olmo_repo.ai2olmo.block.RepoSequentialBlock`, the HF and vLLM `RepoOlmo2Attention`, the OLMo-core
     attention) calls `init_repo` after its own `__init__`, then `predict_positions(x)` and
     `apply_positions(q, k, positions)` (or both at once: `reposition`) where its stock code applies RoPE.
     In `repo` mode `init_repo` adds f_phi's weights as the owner's own children (`<owner>.gate_map.weight`,

@@ -47,7 +47,7 @@ def tiny_config(**overrides) -> RepoModelConfig:
 @pytest.fixture(scope="session")
 def device() -> torch.device:
     """This process as a one-rank process group (gloo on CPU), with ai2-olmo's fixes for current torch."""
-    from olmo_repo.train import init_distributed
+    from olmo_repo.ai2olmo.train import init_distributed
     from olmo_repo.upstream.torch import patch_torch_for_olmo
 
     patch_torch_for_olmo()

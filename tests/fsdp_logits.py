@@ -11,7 +11,8 @@ import torch.distributed as dist
 from olmo.util import clean_opt
 
 from olmo_repo import RepoTrainConfig
-from olmo_repo.train import build_trainer, init_distributed, preflight
+from olmo_repo.ai2olmo.preflight import preflight
+from olmo_repo.ai2olmo.train import build_trainer, init_distributed
 from olmo_repo.upstream.torch import patch_torch_for_olmo
 
 if __name__ == "__main__":

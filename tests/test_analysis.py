@@ -6,10 +6,10 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
+from olmo_repo.ai2olmo.hf import convert_to_hf
 from olmo_repo.eval.analysis import NeedlePrompt, attention_section, positions_section
 from olmo_repo.eval.attention import AttentionMass, attention_mass, attention_mass_table
 from olmo_repo.eval.positions import text_positions
-from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import make_checkpoint
 from .pictures import affine_residual, axes_boxes, height_of, rgb, runs, xticks, yticks

@@ -16,6 +16,7 @@ from transformers import (
 )
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
+from olmo_repo.ai2olmo.hf import convert_to_hf
 from olmo_repo.eval.attention import (
     AttentionMass,
     attention_mass,
@@ -24,7 +25,6 @@ from olmo_repo.eval.attention import (
     mean_attention_mass,
     token_groups,
 )
-from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import EMBEDDING, EOS, PAD, make_checkpoint
 

@@ -260,7 +260,7 @@ def test_train_command_says_a_misspelled_key_in_one_line(tmp_path):
 
 def test_a_failed_precheck_leaves_no_save_folder(tmp_path):
     from olmo_repo import RepoTrainConfig
-    from olmo_repo.train.preflight import preflight, removed_if_failed
+    from olmo_repo.ai2olmo.preflight import preflight, removed_if_failed
 
     save_folder = tmp_path / "runs" / "x"
     cfg = RepoTrainConfig.load(STAGE1, small(tmp_path / "no-data", save_folder))

@@ -182,11 +182,11 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     from omegaconf import OmegaConf as om
     from transformers import AutoModelForCausalLM
 
+    from olmo_repo.ai2olmo.convert import olmo_config_from_hf
     from olmo_repo.demo import corpus as demo
     from olmo_repo.demo.base import HF_FILES, base_tokenizer
     from olmo_repo.eval import niah
     from olmo_repo.hf import read_hf_config
-    from olmo_repo.hf.mapping import olmo_config_from_hf
 
     assert {p.name for p in BASE_DIR.iterdir()} == HF_FILES
     shipped, built = base_tokenizer(), demo.build_tokenizer()  # the tokenizer the code builds, bit for bit

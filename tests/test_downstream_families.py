@@ -311,7 +311,7 @@ def test_flops_count_the_families_weights(dirs, capsys):
 def test_flops_of_an_olmo_hf_directory_are_ai2_olmos(tmp_path, tokenizer_file, tied):
     """One count for both sides: the HF directory converted from an OLMo checkpoint counts what ai2-olmo counts of
     the model (grouped-query attention, RePo layers 1..3)."""
-    from olmo_repo.hf.convert import convert_to_hf
+    from olmo_repo.ai2olmo.hf import convert_to_hf
 
     overrides = dict(pe_mode="repo", pe_start_layer=1, n_kv_heads=2, weight_tying=tied)
     ckpt, olmo = make_checkpoint(tmp_path / "ckpt", tokenizer_file, **overrides)

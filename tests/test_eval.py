@@ -424,7 +424,7 @@ def test_eval_cli_stock_olmo2(tmp_path, stock_olmo2):
 def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
     """At 2x the training length the loaded model computes with YaRN: same weights, different logits (RePo with
     a RoPE layer, hybrid RoPE/NoPE, stock Olmo2); a model whose layers are all NoPE has nothing to scale."""
-    from olmo_repo.hf.convert import convert_to_hf
+    from olmo_repo.ai2olmo.hf import convert_to_hf
 
     ids = torch.randint(0, VOCAB - 2, (1, 300))
     models = {}

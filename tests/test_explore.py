@@ -31,11 +31,12 @@ from plotly.offline import get_plotlyjs
 from tokenizers import Tokenizer
 
 from olmo_repo import predict_positions
+from olmo_repo.ai2olmo.hf import convert_to_hf
+from olmo_repo.checkpoint import as_hf_dir
 from olmo_repo.cli.explore import main
 from olmo_repo.eval.positions import position_patterns, position_spans
 from olmo_repo.explore.app import create_app, listen
 from olmo_repo.explore.model import MAX_PROMPT_CHARS, BadRequest, ExplorerModel
-from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import ROOT, make_checkpoint
 
@@ -129,7 +130,7 @@ def assert_close_to_olmo(got: torch.Tensor, expected: torch.Tensor) -> None:
 
 def test_a_grouped_query_model_shows_one_position_per_key_value_head(ckpts):
     """GQA (4 query heads, 2 key/value heads): the explorer's heads are the key/value heads, and it says so."""
-    model = ExplorerModel(ckpts.gqa)
+    model = ExplorerModel(ckpts.gqa, open_model=as_hf_dir)
     assert model.info()["n_heads"] == 2 and model.info()["n_query_heads"] == 4
     ids = ckpts.tokenizer.encode(PROMPT).ids
     out = model.positions(PROMPT)
@@ -145,7 +146,7 @@ def test_a_grouped_query_model_shows_one_position_per_key_value_head(ckpts):
 
 
 def test_api_returns_the_positions_the_models_compute(ckpts):
-    models = [ExplorerModel(ckpts.repo), ExplorerModel(ckpts.hybrid_hf)]
+    models = [ExplorerModel(ckpts.repo, open_model=as_hf_dir), ExplorerModel(ckpts.hybrid_hf)]
     with running(models) as url:
         status, out = post(url + "api/positions", {"prompt": PROMPT})
         assert status == 200
@@ -183,7 +184,9 @@ def test_api_returns_the_positions_the_models_compute(ckpts):
 
 
 def test_bad_requests_get_a_4xx_with_one_line(ckpts):
-    with running([ExplorerModel(ckpts.repo), ExplorerModel(ckpts.rope)]) as url:
+    with running(
+        [ExplorerModel(ckpts.repo, open_model=as_hf_dir), ExplorerModel(ckpts.rope, open_model=as_hf_dir)]
+    ) as url:
         cases = [
             ({"prompt": PROMPT, "layer": 0}, 400, r"layer 0 is not a RePo layer .*RePo layers: 1, 2, 3"),
             ({"prompt": PROMPT, "layer": 7}, 400, r"layer 7 is not a RePo layer"),
@@ -248,7 +251,7 @@ def test_export_writes_one_self_contained_file(ckpts, tmp_path, capsys):
     config = exported_config(html)
     assert config["prompt"] == PROMPT and [m["repo_layers"] for m in config["models"]] == [[1, 2, 3], []]
     positions, tokens = config["results"]
-    assert positions == ExplorerModel(ckpts.repo).positions(PROMPT)
+    assert positions == ExplorerModel(ckpts.repo, open_model=as_hf_dir).positions(PROMPT)
     assert tokens["token_ids"] == ckpts.tokenizer.encode(PROMPT).ids and "positions" not in tokens
 
     # The user's files are kept: an existing output without --force, nothing written on bad input.
@@ -414,3 +417,13 @@ def test_page_in_a_real_browser(ckpts, tmp_path):
         assert page.is_hidden("#run") and "only the first 40" in page.inner_text("#notes")
         browser.close()
     assert outside == [] and errors == []
+
+
+def test_the_explorer_library_opens_hf_directories_and_leaves_trainer_checkpoints_to_the_command(ckpts):
+    """The explorer imports no trainer: by default it takes an HF directory as it is, and refuses an ai2-olmo
+    checkpoint in one line naming the opener that converts it (what scripts/explore.py passes)."""
+    with pytest.raises(
+        FileNotFoundError, match=r"rope: not a Hugging Face directory .*olmo_repo\.checkpoint\.as_hf_dir"
+    ):
+        ExplorerModel(ckpts.rope)
+    assert ExplorerModel(ckpts.hybrid_hf).repo_layers == [0, 2]

@@ -29,13 +29,13 @@ from olmo_repo import (
     layer_modes,
     predict_positions,
 )
-from olmo_repo.checkpoint import load_model
+from olmo_repo.ai2olmo.convert import hf_config_from_olmo
+from olmo_repo.ai2olmo.hf import convert_from_hf, convert_to_hf
+from olmo_repo.checkpoint import as_hf_dir, load_model
 from olmo_repo.cli.convert_from_hf import main as convert_from_hf_main
 from olmo_repo.cli.convert_to_hf import main as convert_to_hf_main
 from olmo_repo.errors import CorruptFileError
 from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM, RepoOlmo2Model, read_hf_config
-from olmo_repo.hf.convert import as_hf_dir, convert_from_hf, convert_to_hf
-from olmo_repo.hf.mapping import hf_config_from_olmo
 from olmo_repo.hf.modeling_repo_olmo2 import RepoOlmo2Attention
 from olmo_repo.output import staged_dir
 
@@ -384,7 +384,7 @@ def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:
     raw["pe_config"] = pe_config
     path.mkdir()
     (path / "config.json").write_text(json.dumps(raw))
-    from olmo_repo.hf.mapping import hf_state_dict_from_olmo
+    from olmo_repo.ai2olmo.convert import hf_state_dict_from_olmo
 
     state_dict = hf_state_dict_from_olmo(olmo.state_dict(), hf_config)
     for i in range(olmo.config.n_layers):

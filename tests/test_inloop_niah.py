@@ -1,4 +1,4 @@
-"""The in-loop NIAH evaluator (`olmo_repo.train.inloop`): its metrics on a model that knows (or misses) the answer,
+"""The in-loop NIAH evaluator (`olmo_repo.ai2olmo.niah`): its metrics on a model that knows (or misses) the answer,
 the one-line refusals of bad entries, sharded = single process under DDP and FSDP (real trainers in gloo
 process groups), and a loss trajectory that is bit-identical with and without it.
 
@@ -24,8 +24,8 @@ from olmo.exceptions import OLMoConfigurationError
 from olmo.tokenizer import Tokenizer
 
 from olmo_repo import RepoTrainConfig
+from olmo_repo.ai2olmo.niah import NiahEvaluator, build_niah_evaluator, install
 from olmo_repo.eval.inloop_rows import RankBatches, Row
-from olmo_repo.train.inloop import NiahEvaluator, build_niah_evaluator, install
 from tests.training import (
     ROOT,
     STAGE1,
@@ -203,7 +203,7 @@ def test_the_train_command_refuses_a_bad_entry_before_training(data, tmp_path):
 def test_the_launchers_check_refuses_a_length_too_short_as_the_workers_build_would(data, tmp_path):
     """`scripts/train.py --check` (and `--nproc-per-node`, before any worker starts) builds one prompt per entry:
     a haystack that does not fit is refused there, in the words each worker's build uses."""
-    from olmo_repo.train.run import check
+    from olmo_repo.ai2olmo.train import check
 
     overrides = _overrides(data, tmp_path / "run", _entries("niah_single_1@200"))
     with pytest.raises(OLMoConfigurationError) as checked:
@@ -329,7 +329,8 @@ def _worker(argv: list[str]) -> None:
     from olmo.torch_util import barrier
     from olmo.util import clean_opt
 
-    from olmo_repo.train import build_trainer, init_distributed, preflight
+    from olmo_repo.ai2olmo.preflight import preflight
+    from olmo_repo.ai2olmo.train import build_trainer, init_distributed
     from olmo_repo.upstream.torch import patch_torch_for_olmo
 
     patch_torch_for_olmo()

@@ -56,12 +56,13 @@ def _lint(package_root: Path) -> subprocess.CompletedProcess:
     [
         ("modes.py", "import torch", "The mode rule, the stage-1 fit rule"),
         ("rope.py", "import numpy", "The RePo layer needs torch only"),
-        ("eval/loading.py", "import olmo_repo.train.run", "Each layer imports only the layers below it"),
+        ("eval/loading.py", "import olmo_repo.ai2olmo.train", "Each layer imports only the layers below it"),
         (
             "eval/loading.py",
-            "import olmo_repo.train.run",
-            "Evaluation, the explorer and the demo import neither",
+            "import olmo_repo.ai2olmo.train",
+            "Evaluation and the explorer reach models through the HF and vLLM interfaces only",
         ),
+        ("explore/model.py", "import olmo.model", "Evaluation and the explorer reach models"),
         ("hf/modeling_repo_olmo2.py", "from . import formats", "The HF remote code"),
         ("hf/formats.py", "from ..vllm import model", "Each layer imports only the layers below it"),
     ],

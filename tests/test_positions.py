@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
+from olmo_repo.ai2olmo.hf import convert_to_hf
 from olmo_repo.eval.positions import (
     batch_positions,
     pattern_counts,
@@ -21,7 +22,6 @@ from olmo_repo.eval.positions import (
     spans_by_length,
     text_positions,
 )
-from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import make_checkpoint
 

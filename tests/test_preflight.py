@@ -1,4 +1,4 @@
-"""`olmo_repo.train.preflight`: the checks before any heavy work (`preflight`, which names every problem and
+"""`olmo_repo.ai2olmo.preflight`: the checks before any heavy work (`preflight`, which names every problem and
 what to change; `check_load_path_files`; `is_unsharded`), on configs built from the tiny demo configs."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig
-from olmo_repo.train import preflight
-from olmo_repo.train.preflight import check_load_path_files, is_unsharded
+from olmo_repo.ai2olmo.preflight import check_load_path_files, is_unsharded, preflight
 
 from .training import ROOT, STAGE1, documented_commands, small, truncate, write_corpus
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from olmo_repo.ai2olmo.hf import convert_to_hf
 from olmo_repo.eval.report import niah_section, write_report
-from olmo_repo.hf.convert import convert_to_hf
 
 from .conftest import make_checkpoint
 from .pictures import axes_boxes, near, rgb, row_of, xticks

@@ -17,8 +17,8 @@ import pytest
 import torch
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
+from olmo_repo.ai2olmo.run_folder import latest_intact_checkpoint, trim_data_indices
 from olmo_repo.metrics import trim_metrics
-from olmo_repo.train.run_folder import latest_intact_checkpoint, trim_data_indices
 
 from .training import (
     STAGE1,
@@ -66,7 +66,7 @@ def test_resuming_with_another_model_is_refused_with_the_keys(rope_run, tmp_path
 def test_resuming_logs_the_other_changed_keys(rope_run, tmp_path, device, caplog):
     run, data = rope_run
     run = _copy(run, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="olmo_repo.train"):
+    with caplog.at_level(logging.WARNING, logger="olmo_repo.ai2olmo"):
         with make_trainer(
             STAGE1, small(data, run, max_duration=6, stop_at=6) + ["optimizer.learning_rate=5e-4"], device
         ) as trainer:
@@ -84,7 +84,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_intact_one(
     run = _copy(run, tmp_path)
     truncate(run / "step4-unsharded/model.pt")
     overrides = small(data, run, max_duration=4, stop_at=4, save_interval_unsharded=2)
-    with caplog.at_level(logging.WARNING, logger="olmo_repo.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="olmo_repo"):
         with make_trainer(STAGE1, overrides, device) as trainer:
             assert trainer.global_step == 2
             trainer.fit()  # writes step 4 again

@@ -14,9 +14,9 @@ from olmo.config import ModelConfig, TrainConfig
 from olmo.exceptions import OLMoCheckpointError, OLMoConfigurationError
 
 from olmo_repo import RepoTrainConfig, build_model
+from olmo_repo.ai2olmo.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 from olmo_repo.fit import CheckpointFitError
 from olmo_repo.modes import F_PHI_WEIGHTS
-from olmo_repo.train.stage1 import check_stage1_state_dict, continue_optimizer_state, repo_param_names
 
 from . import fit_table
 from .conftest import tiny_config

@@ -1,4 +1,4 @@
-"""`olmo_repo.train.build_trainer`'s optional branches, in this process: `compile` (every block compiled, and
+"""`olmo_repo.ai2olmo.train.build_trainer`'s optional branches, in this process: `compile` (every block compiled, and
 training through it gives eager's losses), `save_data_indices` (each step's instance indices, appended on
 resume), and the deprecated `optimizer.no_decay_norm_and_bias` (translated; norms and embeddings then get no
 weight decay)."""

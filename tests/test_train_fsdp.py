@@ -17,10 +17,11 @@ from transformers import AutoModelForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo import RepoTrainConfig, repo_layer_ids
+from olmo_repo.ai2olmo.hf import convert_to_hf
+from olmo_repo.ai2olmo.preflight import preflight
+from olmo_repo.ai2olmo.stage1 import repo_param_names
+from olmo_repo.ai2olmo.train import build_trainer, init_distributed
 from olmo_repo.cli.unshard import main as unshard_main
-from olmo_repo.hf.convert import convert_to_hf
-from olmo_repo.train import build_trainer, init_distributed, preflight
-from olmo_repo.train.stage1 import repo_param_names
 from olmo_repo.upstream.torch import patch_torch_for_olmo
 
 from .training import (

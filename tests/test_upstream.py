@@ -97,12 +97,12 @@ def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
     code = (
         "import sys, torch\n"
         "import olmo_repo.hf\n"
-        "assert 'olmo' not in sys.modules and 'olmo_repo.registry' not in sys.modules, sorted(sys.modules)\n"
+        "assert 'olmo' not in sys.modules and 'olmo_repo.ai2olmo.registry' not in sys.modules, sorted(sys.modules)\n"
         "stock = torch.serialization.get_safe_globals()\n"
         "from olmo.model import OLMoBlock\n"
         "assert OLMoBlock.__dict__['build'].__func__.__module__ == 'olmo.model'\n"
         "from olmo_repo import RepoModelConfig\n"
-        "assert OLMoBlock.__dict__['build'].__func__.__module__ == 'olmo_repo.registry'\n"
+        "assert OLMoBlock.__dict__['build'].__func__.__module__ == 'olmo_repo.ai2olmo.registry'\n"
         "assert torch.serialization.get_safe_globals() == stock\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -32,7 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM
 import olmo_repo
 from olmo_repo.hf import RepoLlamaConfig, RepoLlamaForCausalLM, RepoOlmo2Config, RepoOlmo2ForCausalLM
-from olmo_repo.hf.files import as_hf_dir
+from olmo_repo.checkpoint import as_hf_dir
 
 absent = [m for m in ("olmo", "olmo_core", "lm_eval", "vllm", "datasets", "wandb") if importlib.util.find_spec(m)]
 small = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,

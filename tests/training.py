@@ -108,7 +108,8 @@ def small(data_dir: Path, save_folder: Path, **extra: object) -> list[str]:
 def make_trainer(config: Path, overrides: list[str], device):
     """`scripts/train.py`'s steps up to `fit()`, in this process (its one-process gloo group)."""
     from olmo_repo import RepoTrainConfig
-    from olmo_repo.train import build_trainer, preflight
+    from olmo_repo.ai2olmo.preflight import preflight
+    from olmo_repo.ai2olmo.train import build_trainer
 
     cfg = RepoTrainConfig.load(config, overrides)
     preflight(cfg, cuda=False, world_size=1)

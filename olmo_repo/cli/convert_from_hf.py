@@ -10,7 +10,7 @@ __all__ = ["main"]
 
 
 def _convert(input: str, output: str, force: bool) -> Path:
-    from ..hf.convert import convert_from_hf
+    from ..ai2olmo.hf import convert_from_hf
 
     return convert_from_hf(input, output, force=force)
 

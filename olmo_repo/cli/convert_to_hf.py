@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def convert() -> None:
         require_model_dir(args.input)  # missing or damaged: said before torch loads
-        from ..hf.convert import convert_to_hf
+        from ..ai2olmo.hf import convert_to_hf
 
         out = convert_to_hf(
             args.input, args.output, force=args.force, dtype=args.dtype, tokenizer=args.tokenizer

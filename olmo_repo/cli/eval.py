@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..checkpoint import as_hf_dir
 from ..dtypes import DTYPE_NAMES
 from ..eval.run import EvalRequest, evaluate_request, results_table, write_results
 from ..eval.variants import (
@@ -117,7 +118,7 @@ def _request(args: argparse.Namespace) -> EvalRequest:
 
 def _evaluate(args: argparse.Namespace) -> None:
     request = _request(args)
-    evaluation = evaluate_request(request)
+    evaluation = evaluate_request(request, open_model=as_hf_dir)
     written = write_results(request, evaluation)
     print(results_table(evaluation.results))
     print(f"wrote {', '.join(map(str, written))}")

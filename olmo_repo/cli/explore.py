@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..checkpoint import as_hf_dir
 from . import run, user_errors
 
 __all__ = ["main"]
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tokens < 1:
         parser.error(f"--max-tokens must be >= 1, got {args.max_tokens}")
     models = [m for m in (args.model, args.model2) if m]
-    options = dict(device=args.device, max_tokens=args.max_tokens)
+    options = dict(device=args.device, max_tokens=args.max_tokens, open_model=as_hf_dir)
 
     def explore() -> None:
         from ..explore.run import export_page, serve_explorer

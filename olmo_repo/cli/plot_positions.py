@@ -70,6 +70,7 @@ def _plot(args: argparse.Namespace) -> None:
     # the output, then the model (missing or damaged): said before torch loads
     check_replaceable_file(args.out, args.force, PNG_SIGNATURE, "PNG")
     require_model_dir(args.model)
+    from ..checkpoint import as_hf_dir
     from ..eval.analysis import plot_head_positions  # heavy: once the arguments are valid
 
     out = plot_head_positions(
@@ -81,6 +82,7 @@ def _plot(args: argparse.Namespace) -> None:
         max_tokens=args.max_tokens,
         device=args.device,
         force=args.force,
+        open_model=as_hf_dir,
     )
     print(f"wrote {out}")
 

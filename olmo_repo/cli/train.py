@@ -1,4 +1,4 @@
-"""`scripts/train.py`: train with OLMo's Trainer and the RePo model (`olmo_repo.train.run.train`)."""
+"""`scripts/train.py`: train with OLMo's Trainer and the RePo model (`olmo_repo.ai2olmo.train.train`)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def check(world_size: int, local_world_size: int) -> None:
-        from ..train.run import check
+        from ..ai2olmo.train import check
 
         check(args.config, overrides, world_size=world_size, local_world_size=local_world_size)
 
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return status
 
     def train() -> None:
-        from ..train.inloop import install
-        from ..train.run import train
+        from ..ai2olmo.niah import install
+        from ..ai2olmo.train import train
 
-        install()  # OLMo's evaluator building routes `niah_*` entries to olmo_repo.train.inloop
+        install()  # OLMo's evaluator building routes `niah_*` entries to olmo_repo.ai2olmo.niah
         train(args.config, overrides)
 
     return run(PROG, train, _training_errors)

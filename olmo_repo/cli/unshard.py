@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         # before the imports, which take seconds
         if "://" not in args.input and not Path(args.input).is_dir():
             raise FileNotFoundError(f"--input {args.input}: no sharded checkpoint folder there")
-        from ..train.unshard import unshard_checkpoint
+        from ..ai2olmo.unshard import unshard_checkpoint
         from ..upstream.torch import patch_torch_for_olmo
 
         patch_torch_for_olmo()  # train.pt holds paths and numpy RNG state

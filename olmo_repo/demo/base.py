@@ -59,7 +59,7 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
     if out.is_dir() and not {p.name for p in out.iterdir()} <= HF_FILES or out.is_file():
         raise RepoError(f"{out} holds files that no base build wrote: pass a new folder as the output")
     folder = DemoFolder(work)
-    from ..hf.convert import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
+    from ..ai2olmo.hf import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
     from .corpus import BATCH, SPLIT_WINDOWS, build_corpus, build_tokenizer
     from .training import latest_checkpoint, run_training, summarise
 

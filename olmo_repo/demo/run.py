@@ -9,7 +9,7 @@
 3. Continues the stage-1 checkpoint, with its optimizer state, as the released recipe does ("stage 2"), three
    times on the same batches: RoPE, RePo on the layers the paper's rule picks, and NoPE on the same layers
    (the control: RePo's layers without rotation), the paper's three rows (`tiny-stage2-{rope,repo,nope}.yaml`).
-   Every run evaluates in-loop NIAH (`olmo_repo.train.inloop`, every variant, teacher-forced) when it loads its
+   Every run evaluates in-loop NIAH (`olmo_repo.ai2olmo.niah`, every variant, teacher-forced) when it loads its
    start and every `eval_interval` steps.
 4. Plots the in-loop NIAH curves, converts the three stage-2 models to HF and evaluates them: NIAH at the
    training length and at 2x and 4x with YaRN for the variants the corpus holds ("seen") and the others
@@ -195,7 +195,7 @@ class _Demo:
         base = self.folder.path / "base"
 
         def work(resume: bool) -> None:
-            from ..hf.convert import convert_from_hf
+            from ..ai2olmo.hf import convert_from_hf
 
             convert_from_hf(base_dir, self.folder.entry("base"), force=True)
             print(f"Base model {base_dir} -> {base}", flush=True)
@@ -243,7 +243,7 @@ class _Demo:
         hf = self.folder.path / f"{name}-hf"
 
         def work(resume: bool) -> None:
-            from ..hf.convert import convert_to_hf
+            from ..ai2olmo.hf import convert_to_hf
 
             convert_to_hf(self.run(name).checkpoint, self.folder.entry(hf.name), force=True)
 
@@ -470,7 +470,7 @@ def _curves_section(folder: DemoFolder) -> str:
         "## In-loop NIAH during stage 2\n",
         f"![in-loop NIAH]({CURVES})\n",
         f"Teacher-forced exact match of the gold answers, every variant at {length} tokens ({prompts} prompts "
-        f"each; `olmo_repo.train.inloop`). The dashed line is the base model's score (stage 1, step 0: "
+        f"each; `olmo_repo.ai2olmo.niah`). The dashed line is the base model's score (stage 1, step 0: "
         f"{pct(baseline.get('seen', 0))} seen, {pct(baseline.get('held out', 0))} held out), the dotted one the "
         f"start of stage 2 (step {start}: the stage-1 weights, with f_phi inserted for RePo and the rotation "
         f"dropped for NoPE).\n",

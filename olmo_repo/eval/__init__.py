@@ -8,7 +8,7 @@
 - `ruler`: RULER's synthetic tasks, bounded by the sample count and checked against their shortest length.
 - `suite`: the paper's evaluation suite as lm-eval task groups (`lm_eval_tasks/`).
 - `inloop_rows`: in-loop NIAH without a trainer (rows, metric, batches), which both trainers' in-loop evaluators
-  read (`olmo_repo.train.inloop`, `olmo_repo.olmocore.niah`).
+  read (`olmo_repo.ai2olmo.niah`, `olmo_repo.olmocore.niah`).
 - `loading`: a model at a target length, with YaRN past its training length.
 - `positions`: chunk patterns (constant / monotonic / hybrid) and spans of the learned positions.
 - `attention`: attention mass on needle / query / other tokens of NIAH prompts.

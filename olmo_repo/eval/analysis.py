@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..integrity import ModelOpener, hf_dir_as_is
 from . import plots
 from .attention import Span, attention_mass, attention_mass_table, mean_attention_mass
 from .positions import (
@@ -138,16 +139,17 @@ def plot_head_positions(
     max_tokens: int = 256,
     device: str | None = None,
     force: bool = False,
+    open_model: ModelOpener = hf_dir_as_is,
 ) -> Path:
     """Plot the positions that key/value head `head` of RePo layer `layer` (default: the first) predicts for the
     first `max_tokens` tokens of `text` against the token index, each token as a label, into the PNG `out`
     (replaced only with `force`, and only if it is a PNG). `model_dir`: an HF directory of a RePo model (any
-    family), or an unsharded OLMo checkpoint of this project (converted on the fly). Grouped-query attention: one position per key/value
+    family), opened by `open_model` (`scripts/plot_positions.py` passes `olmo_repo.checkpoint.as_hf_dir`, which
+    takes an ai2-olmo checkpoint too). Grouped-query attention: one position per key/value
     head, shared by its query heads. Raises ValueError naming the layer or head; nothing is written then."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..hf.files import as_hf_dir
     from ..integrity import require_model_dir
     from ..modes import repo_layer_ids
     from ..output import PNG_SIGNATURE, check_replaceable_file
@@ -155,7 +157,7 @@ def plot_head_positions(
 
     check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
     require_model_dir(model_dir)  # missing, not a model or a damaged file: before anything loads
-    with as_hf_dir(model_dir) as hf_dir:
+    with open_model(model_dir) as hf_dir:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         config = read_config(hf_dir)  # the one reader: any family, its position keys and f_phi checked
         if not repo_layer_ids(config):  # before the weights load

@@ -1,7 +1,7 @@
 """In-loop RULER NIAH without a trainer: the rows (prompt + answer), the metric, each rank's batches, the names.
 
-`olmo_repo.train.inloop` (ai2-olmo's evaluator) and `olmo_repo.olmocore.niah` (OLMo-core's) read the same rows
-with the same metric under the same names; `olmo_repo.train.inloop`'s docstring says what is scored and how it is
+`olmo_repo.ai2olmo.niah` (ai2-olmo's evaluator) and `olmo_repo.olmocore.niah` (OLMo-core's) read the same rows
+with the same metric under the same names; `olmo_repo.ai2olmo.niah`'s docstring says what is scored and how it is
 sharded. No trainer is imported here.
 """
 

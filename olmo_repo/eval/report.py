@@ -27,7 +27,8 @@ from typing import Any
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from .. import flops, output
+from .. import output
+from ..hf.params import hf_parameter_count
 from ..modes import repo_layer_ids
 from ..tables import markdown_table
 from . import niah, plots
@@ -109,7 +110,7 @@ def niah_section(
 def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
     rows = []
     for name, hf_dir in models.items():
-        count = flops.hf_parameter_count(read_config(hf_dir))
+        count = hf_parameter_count(read_config(hf_dir))
         rows.append(
             [
                 name,

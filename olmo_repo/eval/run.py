@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import output
 from ..errors import RepoError
-from ..integrity import require_model_dir
+from ..integrity import ModelOpener, hf_dir_as_is, require_model_dir
 from .intervals import wilson_interval
 from .variants import NIAH_LENGTHS, RULER_SAMPLES, RULER_SEED, VARIANTS
 
@@ -45,7 +45,7 @@ OUTPUTS = ("results.json", "results.md", "samples.jsonl")
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """One evaluation: `model` (an HF directory or an OLMo checkpoint of this project) on the NIAH `variants`
+    """One evaluation: `model` (a model directory, as `evaluate_request`'s `open_model` opens it) on the NIAH `variants`
     (or, with `suite`, the paper's suite) at each of `lengths`; results into the folder `out`."""
 
     model: str
@@ -90,12 +90,12 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise ValueError(f"--out {out}: exists and is not empty; pass --overwrite to replace its results")
 
 
-def evaluate_request(request: EvalRequest) -> Evaluation:
-    """Check `request`, then evaluate it (see the module docstring); writes nothing."""
+def evaluate_request(request: EvalRequest, open_model: ModelOpener = hf_dir_as_is) -> Evaluation:
+    """Check `request`, then evaluate it (see the module docstring); writes nothing. `open_model` yields the HF
+    directory of `request.model` (`scripts/eval.py` passes `olmo_repo.checkpoint.as_hf_dir`)."""
     check_request(request)
     import torch
 
-    from ..hf.files import as_hf_dir
     from ..upstream import lm_eval
     from .loading import read_config, training_length, yarn_overrides
 
@@ -104,7 +104,7 @@ def evaluate_request(request: EvalRequest) -> Evaluation:
     dtype = request.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    with as_hf_dir(request.model) as hf_dir:
+    with open_model(request.model) as hf_dir:
         config = read_config(hf_dir)  # a family evaluation does not take: one line, before the tokenizer
         for length in request.lengths:  # a length YaRN cannot reach (a RoPE scaled otherwise): before weights
             yarn_overrides(config, length, request.yarn, source=f"{request.model}/config.json")

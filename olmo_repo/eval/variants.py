@@ -27,7 +27,7 @@ RULER_SAMPLES = 500  # RULER's samples per task and length: the default sample c
 ESSAYS = ("offline", "paul_graham")
 NIAH_LENGTHS = (4096,)  # `scripts/eval.py --tasks`' default: the paper's training length
 PROMPTS = 100
-"""In-loop NIAH prompts per variant (`olmo_repo.train.inloop`). All eight variants at the training length then
+"""In-loop NIAH prompts per variant (`olmo_repo.ai2olmo.niah`). All eight variants at the training length then
 cost a small share of the training FLOPs between two calls of the official 1B config (README, "In-loop NIAH",
 counts it)."""
 SUITE_LENGTHS = (4096, 8192, 16384)  # `--suite`'s: the training length, then 2x and 4x with YaRN, the paper's

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..eval.loading import read_config
 from ..eval.positions import position_patterns, position_spans
-from ..hf.files import as_hf_dir
+from ..integrity import ModelOpener, hf_dir_as_is
 from ..modes import layer_modes, repo_layer_ids
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]
@@ -25,15 +25,22 @@ class BadRequest(ValueError):
 
 
 class ExplorerModel:
-    """MODEL (an HF directory of OLMo 2/3, Llama or Qwen 3, stock or RePo, or an OLMo checkpoint directory of
-    this project, converted on the fly), loaded once without its LM head; `positions` runs one request at a
+    """MODEL (an HF directory of OLMo 2/3, Llama or Qwen 3, stock or RePo, opened by `open_model`:
+    `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes an ai2-olmo checkpoint too), loaded once without its LM head; `positions` runs one request at a
     time.
 
     Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed).
     """
 
-    def __init__(self, path: str | Path, *, device: str = "cpu", max_tokens: int = 512):
-        with as_hf_dir(path) as hf_dir:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        max_tokens: int = 512,
+        open_model: ModelOpener = hf_dir_as_is,
+    ):
+        with open_model(str(path)) as hf_dir:
             config = read_config(hf_dir)  # every family evaluation takes; the reference's format too
             self.tokenizer = AutoTokenizer.from_pretrained(hf_dir)
             causal_lm = AutoModelForCausalLM.from_pretrained(hf_dir, config=config)

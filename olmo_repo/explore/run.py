@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import RepoError
-from ..integrity import require_model_dir
+from ..integrity import ModelOpener, hf_dir_as_is, require_model_dir
 from ..output import check_replaceable_file
 
 __all__ = ["PAGE_SIGNATURE", "export_page", "read_prompt", "serve_explorer"]
@@ -40,7 +40,9 @@ def _explore_extra() -> tuple[ModuleType, ModuleType]:
     return app, model
 
 
-def _load_models(models: Sequence[str], device: str | None, max_tokens: int) -> list[Any]:
+def _load_models(
+    models: Sequence[str], device: str | None, max_tokens: int, open_model: ModelOpener
+) -> list[Any]:
     """The models as `ExplorerModel`s (on cuda when available, unless `device`); ValueError if none has a RePo
     layer, for there is nothing to show then."""
     import torch
@@ -50,7 +52,7 @@ def _load_models(models: Sequence[str], device: str | None, max_tokens: int) -> 
     loaded = []
     for path in models:
         print(f"loading {path} ...", file=sys.stderr)
-        loaded.append(model.ExplorerModel(path, device=device, max_tokens=max_tokens))
+        loaded.append(model.ExplorerModel(path, device=device, max_tokens=max_tokens, open_model=open_model))
     if not any(m.repo_layers for m in loaded):
         raise ValueError(f"{' and '.join(m.name for m in loaded)}: no RePo layer, so no positions to show")
     return loaded
@@ -64,23 +66,29 @@ def export_page(
     force: bool = False,
     device: str | None = None,
     max_tokens: int = 512,
+    open_model: ModelOpener = hf_dir_as_is,
 ) -> Path:
-    """Write the explorer's page for the prompt in `prompt_file` and one or two `models` (HF or OLMo checkpoint
-    directories) as one self-contained HTML file `out`; an existing `out` is replaced only with `force` and
+    """Write the explorer's page for the prompt in `prompt_file` and one or two `models` (HF directories, opened
+    by `open_model`: `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes ai2-olmo checkpoints too) as one self-contained HTML file `out`; an existing `out` is replaced only with `force` and
     only if it is such a page. Returns `out`."""
     for path in models:
         require_model_dir(path)  # before torch loads
     app, _ = _explore_extra()
     prompt = read_prompt(prompt_file)
     check_replaceable_file(out, force, PAGE_SIGNATURE, "position explorer page")
-    return app.export_html(_load_models(models, device, max_tokens), prompt, out)
+    return app.export_html(_load_models(models, device, max_tokens, open_model), prompt, out)
 
 
 def serve_explorer(
-    models: Sequence[str], *, port: int = 0, device: str | None = None, max_tokens: int = 512
+    models: Sequence[str],
+    *,
+    port: int = 0,
+    device: str | None = None,
+    max_tokens: int = 512,
+    open_model: ModelOpener = hf_dir_as_is,
 ) -> None:
     """Serve the explorer for one or two `models` on 127.0.0.1:`port` (0: a free one), printing its URL, until
-    Ctrl-C, which stops it gracefully (and returns)."""
+    Ctrl-C, which stops it gracefully (and returns). `open_model` as for `export_page`."""
     for path in models:
         require_model_dir(path)  # before torch loads
     app, _ = _explore_extra()
@@ -88,7 +96,7 @@ def serve_explorer(
         sock = app.listen(port)
     except OSError as e:
         raise OSError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}; pass another --port") from e
-    loaded = _load_models(models, device, max_tokens)
+    loaded = _load_models(models, device, max_tokens, open_model)
     host, bound = sock.getsockname()
     print(f"position explorer on http://{host}:{bound}/ (Ctrl-C to stop)", flush=True)
     try:

@@ -36,7 +36,7 @@ GROUPS = ("data", "checkpoint", "eval")
 """`--only` values: training data (and a remote tokenizer), load_path's files, the evaluators' data."""
 
 # The files of an unsharded checkpoint that a start from load_path reads; optim.pt and train.pt are skipped
-# when the config resets that state (as `check_load_path_files` in olmo_repo/train/preflight.py does).
+# when the config resets that state (as `check_load_path_files` in olmo_repo/ai2olmo/preflight.py does).
 _UNSHARDED = ("config.yaml", "model.pt")
 _RESETS = {"optim.pt": "reset_optimizer_state", "train.pt": "reset_trainer_state"}
 
@@ -56,7 +56,7 @@ def load_config(path: str | Path, overrides: list[str]) -> Any:
         raise FetchError(f"config file {path} does not exist (expected a YAML file such as configs/*.yaml)")
     from olmo.exceptions import OLMoConfigurationError  # heavy: after argument parsing
 
-    from olmo_repo import RepoTrainConfig
+    from ..ai2olmo.config import RepoTrainConfig
 
     try:
         return RepoTrainConfig.load(path, overrides, validate_paths=False)

@@ -1,18 +1,12 @@
 """Hugging Face directories as this project reads and writes them, for every converter (ai2-olmo's in
-`olmo_repo.hf.convert`, OLMo-core's in `olmo_repo.olmocore.hf`): weights read strictly, a model saved with its
-tokenizer, generation config and, for RePo/NoPE models, the remote code; `as_hf_dir`, what evaluation, analysis
-and the explorer take as MODEL. torch and transformers only (converting an OLMo checkpoint in `as_hf_dir` loads
-ai2-olmo, through `olmo_repo.hf.convert`).
+`olmo_repo.ai2olmo.hf`, OLMo-core's in `olmo_repo.olmocore.hf`): weights read strictly, a model saved with its
+tokenizer, generation config and, for RePo/NoPE models, the remote code. torch and transformers only.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from os import PathLike
 from pathlib import Path
 
 import torch
@@ -34,7 +28,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from ..integrity import olmo_core_checkpoint_problem, require_intact
+from ..integrity import require_intact
 from .configuration_repo_llama import RepoLlamaConfig
 from .configuration_repo_olmo2 import RepoOlmo2Config
 from .configuration_repo_olmo3 import RepoOlmo3Config
@@ -48,7 +42,6 @@ __all__ = [
     "AUTO_MAP",
     "MODEL_CLASSES",
     "REMOTE_CODE",
-    "as_hf_dir",
     "check_state_dict",
     "read_hf_state_dict",
     "save_hf",
@@ -178,29 +171,3 @@ def check_state_dict(state_dict: dict[str, Tensor], expected: dict[str, Tensor],
             raise ValueError(
                 f"{what}: {key} has shape {tuple(tensor.shape)}, the config needs {tuple(expected[key].shape)}"
             )
-
-
-@contextmanager
-def as_hf_dir(path: str | PathLike, *, tokenizer: str | None = None) -> Iterator[Path]:
-    """Yield an HF directory for `path`: `path` itself if it holds a config.json (this project's, a stock HF
-    model's or the reference's format), else an unsharded OLMo checkpoint of this project (config.yaml +
-    model.pt; local, http(s) or s3) converted into a temporary directory that is removed on exit.
-
-    Raises FileNotFoundError naming `path` when it is neither.
-    """
-    if "://" not in str(path):
-        local = Path(path)
-        if problem := olmo_core_checkpoint_problem(local, "scripts/core_convert_to_hf.py"):
-            raise FileNotFoundError(problem)
-        if (local / "config.json").is_file():
-            yield local
-            return
-        if not (local / "config.yaml").is_file() or not (local / "model.pt").is_file():
-            raise FileNotFoundError(
-                f"{path}: not a model directory; expected a Hugging Face directory (config.json) or an "
-                "unsharded OLMo checkpoint of this project (config.yaml and model.pt)"
-            )
-    from .convert import convert_to_hf  # ai2-olmo: only an OLMo checkpoint needs it
-
-    with tempfile.TemporaryDirectory(prefix="olmo-repo-hf-") as tmp:
-        yield convert_to_hf(path, Path(tmp) / "hf", tokenizer=tokenizer)

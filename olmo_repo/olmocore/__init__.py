@@ -3,7 +3,7 @@
 Imports OLMo-core, transformers and the RePo core (`olmo_repo.rope`, `olmo_repo.modes`), never ai2-olmo.
 
     attention    RepoAttentionConfig (SequenceMixerConfig "repo"), with_position_modes(preset, ...)
-    convert      OLMo-core <-> HF key maps and configs (the Olmo 2 and Olmo 3 shapes)
+    convert      OLMo-core <-> HF key maps and configs (the Olmo 2 and Olmo 3 shapes, Llama, Qwen 3)
     checkpoint   OLMo-core checkpoints: config.json, model-only checkpoints, load_model
     hf           core_to_hf / hf_to_core (checkpoint directories <-> HF directories)
     stage1       strict stage-1 initialisation (base bit-exact, RePo weights new, optimizer state continued)

@@ -8,7 +8,7 @@ A config adds it like OLMo-core's own evaluator callbacks:
 Every variant (default: all eight) is one `NiahEvaluator` of OLMo-core's `EvaluatorCallback`, which logs
 `eval/{variant}/{metric}` (`@{length}` after the variant when `length` is not the training length):
 `exact_match`, `logprob` and, for the variants with distractor values, `rank_acc`, as the ai2-olmo side logs them
-(`olmo_repo.train.inloop` says what each scores). Prompts are RULER's (`niah_samples` with the run's tokenizer),
+(`olmo_repo.ai2olmo.niah` says what each scores). Prompts are RULER's (`niah_samples` with the run's tokenizer),
 teacher-forced, padded to `length`; batch k of (at most) `batch_size` rows runs on rank k % world size and the
 metric sums over ranks, so the result is one process's.
 """

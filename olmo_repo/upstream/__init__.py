@@ -17,7 +17,7 @@ signature), instead of letting the project fall back silently:
                      attention of the OLMo-core side overrides and extends
 
 Each module is imported by the code that needs it; none patches anything at import. The two registrations
-that do happen at import are stated where they happen: `olmo_repo.registry.install()` (OLMo's block
+that do happen at import are stated where they happen: `olmo_repo.ai2olmo.registry.install()` (OLMo's block
 factory, on first use of the OLMo side) and `import olmo_repo.hf` (transformers' Auto classes).
 Remote code in converted checkpoints cannot import this package: the two private transformers names it
 reads are marked in place and covered by the same canaries.

@@ -14,13 +14,13 @@ What OLMo lacks, and what this module does about it:
 - `OLMo._make_state_dict_compatible` (private) renames the keys of older checkpoints and of FSDP/DDP
   wrappers; `make_state_dict_compatible` calls it.
 - `olmo.train.fused_loss_fn` is None without flash-attn: `fused_loss_available()`.
-- The trainer (`olmo_repo.train.trainer.RepoTrainer`) relies on `Trainer.fit` asking `check_if_cancelled`
+- The trainer (`olmo_repo.ai2olmo.trainer.RepoTrainer`) relies on `Trainer.fit` asking `check_if_cancelled`
   every `cfg.canceled_check_interval` steps, and on `Trainer.close` calling `wandb.finish(quiet=True)`.
 - No extension point for evaluators beyond `label_to_task_map` (whose tasks get only the tokenizer, and whose
   metric is one `ICLMetric` number named `eval/downstream/{label}_{type}`). `build_evaluators` looks up the
   module global `olmo.eval.build_evaluator` once per config: `route_evaluator_build(build)` replaces it
   (idempotently); `STOCK_EVALUATOR_BUILD` is the original. The in-loop NIAH evaluator
-  (`olmo_repo.train.inloop`) subclasses `Evaluator` and relies on `Trainer.eval`'s protocol: per evaluator
+  (`olmo_repo.ai2olmo.niah`) subclasses `Evaluator` and relies on `Trainer.eval`'s protocol: per evaluator
   `reset_metrics()`, every batch of `eval_loader` (`len` and `iter`; `subset_num_batches` caps them),
   `eval_step` -> `eval_batch` -> `model_forward` (reads `input_ids` and the optional mask/bias keys only,
   so extra batch keys ride along) -> `update_metrics(batch, ce_loss, logits [B, T, V])`, then

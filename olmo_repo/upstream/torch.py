@@ -4,7 +4,7 @@ ai2-olmo 0.6.0 was written for CUDA and torch < 2.6; on current torch, on CPU, a
 checkpointer some of its assumptions break. The function below fixes them by patching torch's CUDA RNG
 accessors (CPU only), FSDP's `set_state_dict_type` (CPU only) and olmo_core's `init_optimizer_state`, and by
 allowing numpy's private `_reconstruct` (with the types `train.pt` holds) in torch's safe loader. It patches
-process-wide state, so only entry points call it: `scripts/train.py` (through `olmo_repo.train`) and the
+process-wide state, so only entry points call it: `scripts/train.py` (through `olmo_repo.ai2olmo.train`) and the
 unshard command; tests call it in their process-group fixture.
 """
 

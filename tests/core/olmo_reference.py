@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from olmo_repo import RepoTrainConfig, build_model, olmo2_model_config, predict_positions, repo_blocks
-from olmo_repo.hf.convert import convert_to_hf
+from olmo_repo.ai2olmo.hf import convert_to_hf
 
 
 def main(out: Path, tokenizer: str, n_kv_heads: int) -> None:

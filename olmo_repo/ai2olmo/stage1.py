@@ -34,8 +34,8 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..fit import f_phi_layer, fit_stage1, listed
-from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
+from .registry import build_model
 
 __all__ = [
     "RepoCheckpointer",

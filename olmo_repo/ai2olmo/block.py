@@ -23,10 +23,10 @@ from olmo.initialization import init_normal
 from olmo.model import BufferCache, OLMoSequentialBlock
 from torch import Tensor
 
-from .modes import F_PHI_WEIGHTS, PositionMode, layer_modes
-from .rope import RepoLayer, record_positions, repo_layers
-from .upstream import olmo as olmo_upstream
-from .upstream.olmo import BiasAndPositions, KVCache
+from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
+from ..rope import RepoLayer, record_positions, repo_layers
+from ..upstream import olmo as olmo_upstream
+from ..upstream.olmo import BiasAndPositions, KVCache
 
 __all__ = ["RepoSequentialBlock", "predict_positions", "repo_blocks"]
 

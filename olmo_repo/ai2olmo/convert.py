@@ -15,9 +15,9 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import Olmo2Config, Olmo3Config
 
-from ..config import RepoModelConfig
+from ..hf.configuration_repo_olmo2 import RepoOlmo2Config
 from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
-from .configuration_repo_olmo2 import RepoOlmo2Config
+from .config import RepoModelConfig
 
 __all__ = [
     "hf_config_from_olmo",

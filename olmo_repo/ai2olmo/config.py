@@ -21,9 +21,9 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError
 
-from . import modes
-from .errors import not_a_key
-from .modes import PositionMode, layer_modes, repo_layer_ids
+from .. import modes
+from ..errors import not_a_key
+from ..modes import PositionMode, layer_modes, repo_layer_ids
 
 __all__ = [
     "PositionMode",
@@ -121,7 +121,7 @@ class RepoEvaluatorConfig(EvaluatorConfig):
     """OLMo's `EvaluatorConfig` plus the prompt count of the in-loop NIAH evaluators."""
 
     prompts: int | None = None
-    """`niah_*` evaluators (`olmo_repo.train.inloop`) only: prompts per evaluation (null: its default, 100)."""
+    """`niah_*` evaluators (`olmo_repo.ai2olmo.niah`) only: prompts per evaluation (null: its default, 100)."""
 
 
 @dataclass
@@ -133,7 +133,7 @@ class RepoTrainConfig(TrainConfig):
     """The model, with the RePo keys."""
 
     evaluators: list[RepoEvaluatorConfig] = field(default_factory=list)  # type: ignore[assignment]
-    """In-loop evaluators: OLMo's, and the NIAH ones (`label: niah_*`, `olmo_repo.train.inloop`)."""
+    """In-loop evaluators: OLMo's, and the NIAH ones (`label: niah_*`, `olmo_repo.ai2olmo.niah`)."""
 
     data_prefix: str | None = None
     """A local copy of http://olmo-data.org: `${data_prefix}` in data paths (the reference configs), and

@@ -23,8 +23,8 @@ from olmo.util import resource_path
 from safetensors import SafetensorError
 from tqdm import tqdm
 
-from ..config import RepoTrainConfig
 from ..output import check_distinct, check_replaceable, staged_dir
+from .config import RepoTrainConfig
 from .stage1 import check_stage1_state_dict, clean_param_name
 
 __all__ = ["unshard_checkpoint"]

@@ -1,4 +1,4 @@
-"""Conversions between this project's OLMo checkpoints and Hugging Face directories.
+"""ai2-olmo checkpoints of this project <-> Hugging Face directories (OLMo-core's: `olmo_repo.olmocore.hf`).
 
 - `convert_to_hf(input, output)`: an unsharded OLMo checkpoint (`config.yaml` + `model.pt`; local, http(s)
   or s3://) -> an HF directory: `config.json`, safetensors, tokenizer, generation config and, for a model with
@@ -6,15 +6,13 @@
   transformers + torch). A model whose layers are all RoPE becomes a plain `olmo2` checkpoint. The input
   may also be a local HF directory in the reference implementation's format (an `olmo2` config.json with
   `pe_config`): it is re-written in this project's format.
-- `as_hf_dir(path)`: what evaluation, analysis and the explorer take as MODEL: an HF directory as is, or an OLMo
-  checkpoint converted into a temporary directory for the duration of a `with` block (`olmo_repo.hf.files`, so
-  that an HF directory needs no ai2-olmo; here too).
 - `convert_from_hf(input, output)`: an HF `olmo2` (stock, e.g. an OLMo-2 stage-1 revision), `repo_olmo2` or
   reference-format directory -> an unsharded OLMo checkpoint (`config.yaml`, `model.pt`, `train.pt` at step 0)
   usable as `load_path` (with `reset_optimizer_state: true`: there is no `optim.pt`) and by
   `olmo_repo.checkpoint.load_model`.
 
-The maps themselves are `olmo_repo.hf.mapping`. Outputs are written to a temporary directory beside the
+The maps themselves are `olmo_repo.ai2olmo.convert`; a command that takes MODEL converts an ai2-olmo
+checkpoint on the fly with `olmo_repo.checkpoint.as_hf_dir`. Outputs are written to a temporary directory beside the
 target and renamed at the end (`olmo_repo.output.staged_dir`): a failure leaves nothing behind.
 """
 
@@ -31,22 +29,22 @@ from olmo_data import get_data_path, is_data_file
 from omegaconf import OmegaConf as om
 from tokenizers import Tokenizer
 
-from ..config import RepoModelConfig, RepoTrainConfig
+from ..hf import DTYPES
+from ..hf.files import check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
+from ..hf.formats import read_hf_config
 from ..integrity import require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
-from ..registry import build_model
 from ..upstream.olmo import make_state_dict_compatible
-from . import DTYPES
-from .files import as_hf_dir, check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
-from .formats import read_hf_config
-from .mapping import (
+from .config import RepoModelConfig, RepoTrainConfig
+from .convert import (
     hf_config_from_olmo,
     hf_state_dict_from_olmo,
     olmo_config_from_hf,
     olmo_state_dict_from_hf,
 )
+from .registry import build_model
 
-__all__ = ["as_hf_dir", "convert_from_hf", "convert_to_hf"]
+__all__ = ["convert_from_hf", "convert_to_hf"]
 
 
 def _load_tokenizer(identifier: str) -> Tokenizer:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from olmo.config import ModelConfig
 from olmo.model import BufferCache, OLMo, OLMoBlock
 
+from ..modes import PositionMode, layer_modes
+from ..upstream.olmo import STOCK_BLOCK_BUILD, route_block_build
 from .block import RepoSequentialBlock
-from .modes import PositionMode, layer_modes
-from .upstream.olmo import STOCK_BLOCK_BUILD, route_block_build
 
 __all__ = ["build_model", "install"]
 

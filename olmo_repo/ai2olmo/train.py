@@ -1,5 +1,33 @@
 """The run: the process group, W&B, model wrap, `build_trainer` (everything up to `fit()`), `run` (preflight,
-build, fit) and `train` (what `scripts/train.py` calls: config, signals, SLURM requeue)."""
+build, fit) and `train` (what `scripts/train.py` calls: config, signals, SLURM requeue): OLMo's own Trainer,
+data loader and checkpointer driving a RePo model, on GPU or CPU.
+
+This ports the behaviour of ai2-olmo 0.6.0's `scripts/train.py` (not shipped in the wheel): seeding, data
+loader, evaluators, model build and wrap (FSDP: meta init, the config's wrap policy and mixed precision,
+then `reset_parameters`), optimizer and scheduler, W&B, the pre-train checkpoint rule, `load_path` with the
+reset flags, and resuming from the latest checkpoint. Deltas from the stock script:
+
+- Device: nccl with CUDA, gloo without; the config's strategy either way. FSDP runs on CPU as on GPU (the
+  sharding strategy, HYBRID_SHARD on a CPU device mesh, the wrap policy, `fsdp.precision` as FSDP mixed
+  precision: the only way to train in bf16 on CPU, as OLMo's Trainer autocasts on CUDA only). Settings
+  that cannot work here fail before training with what to change. Without torchrun a one-process group
+  is set up.
+- `preflight` fails before any heavy work on missing data files, an unwritable `save_folder`, an
+  unreachable s3 `remote_save_folder`, GPU-only settings and sharded checkpointers that fail on torch 2.13.
+- Resume is automatic, as if `try_load_latest_save` were set: the latest intact checkpoint in `save_folder`
+  (a corrupt newer one is moved aside), else in `remote_save_folder`, else `load_path`. A changed model is
+  refused, other changed keys are logged. Rerunning a finished run does nothing. A folder without a
+  checkpoint is a new run (an earlier start that failed before its first checkpoint does not block it).
+- Nothing is written to `save_folder` before `load_path`'s files are checked (present and not truncated);
+  W&B gets a bounded start with a one-line failure; `metrics.jsonl` drops the steps a resumed run repeats.
+- SIGUSR1 (SLURM's `--signal` before the time limit) stops the run after the current step with a
+  checkpoint, on every rank at the same step; under SLURM rank 0 then requeues the job, which resumes.
+- DDP accepts any `init_device` (stock: `cuda` only). DDP, and FSDP without meta init, materialise and
+  initialise the whole model before the wrap (stock FSDP initialises after it, shard by shard).
+- `RepoTrainer`: stage-1 initialisation (`RepoCheckpointer`), the spread of the predicted positions per
+  RePo layer at the log interval, every logged step as a JSON line in `save_folder/metrics.jsonl`, and the
+  SIGUSR1 stop.
+"""
 
 from __future__ import annotations
 
@@ -46,15 +74,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..config import RepoTrainConfig
 from ..metrics import METRICS_FILE, trim_metrics
-from ..registry import build_model
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
-from .inloop import check_entry, check_prompts_fit
+from .config import RepoTrainConfig
+from .niah import check_entry, check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
+from .registry import build_model
 from .run_folder import (
     check_resumed_config,
     decided_on_rank0,
@@ -285,7 +313,7 @@ def build_trainer(cfg: TrainConfig, device: torch.device) -> RepoTrainer:
     log_extra_field("run_name", cfg.run_name)
     _derive_settings(cfg)
     # Evaluators first: a bad entry is refused before the config is saved, W&B starts and the data loader and
-    # model are built (olmo_repo.train.inloop builds its NIAH prompts here).
+    # model are built (olmo_repo.ai2olmo.niah builds its NIAH prompts here).
     evaluators = build_evaluators(cfg, device)
     rerun = _resume_or_start(cfg)
 
