@@ -36,7 +36,9 @@ PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 # The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
 # one worker each, one cores lock for both (tests/suite.py), so that neither leaves a core idle at its end.
 SIDE = -m pytest -q -n 1 --durations=15
-test: install system-deps install-vllm install-core
+# The three environments and the system packages install side by side (downloads and unpacking overlap).
+test:
+	$(MAKE) -j4 system-deps install install-vllm install-core
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
