@@ -71,7 +71,7 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
     """The attention of every decoder layer of `model` (a causal LM or its decoder), in layer order: each
     layer's `self_attn`, where every family here has it (OLMo 2/3, Llama, Qwen 3, stock or RePo) and where the
-    RePo decoders put their attention (`RepoDecoderMixin`). Each returns (output [B, T, d], weights [B, H, T, T]
+    RePo decoder layers build theirs (`RepoDecoderLayerMixin`). Each returns (output [B, T, d], weights [B, H, T, T]
     under eager attention, one row per query head, else None)."""
     return [layer.self_attn for layer in model.base_model.layers]
 

@@ -1,6 +1,6 @@
 """RePo on Hugging Face for Llama: transformers' Llama with the RePo attention of `modeling_repo_olmo2.py`.
 
-Deltas from `transformers.models.llama` (everything else is inherited unchanged), through the same three
+Deltas from `transformers.models.llama` (everything else is inherited unchanged), through the same four
 mixins as OLMo 2/3:
 
 - `RepoLlamaAttention` (`nope` and `repo` layers; `rope` layers keep the stock `LlamaAttention`):
@@ -9,8 +9,9 @@ mixins as OLMo 2/3:
   attention's input, which Llama (norm before each sublayer) gives as the normed hidden state
   `input_layernorm(x)`, what q, k and v read too. q and k are rotated with the inverse frequencies of the
   config's RoPE (default, linear, YaRN or Llama 3's), keys cached rotated; no sliding window.
-- `RepoLlamaModel`, `RepoLlamaForCausalLM`: `LlamaModel`, `LlamaForCausalLM` with those attentions and
-  `output_positions` ({layer id: [B, H_kv, T] fp32}); tied or untied embeddings as the config says.
+- `RepoLlamaDecoderLayer`, `RepoLlamaModel`, `RepoLlamaForCausalLM`: `LlamaDecoderLayer`, `LlamaModel`,
+  `LlamaForCausalLM` with those attentions and `output_positions` ({layer id: [B, H_kv, T] fp32}); tied or
+  untied embeddings as the config says.
 
 Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_llama.py`,
 `configuration_repo_olmo2.py`, `rope.py` and `modes.py`.
@@ -24,6 +25,7 @@ from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
+    LlamaDecoderLayer,
     LlamaForCausalLM,
     LlamaModel,
     LlamaPreTrainedModel,
@@ -31,11 +33,18 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from .configuration_repo_llama import RepoLlamaConfig
-from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin, heads
+from .modeling_repo_olmo2 import (
+    RepoAttentionMixin,
+    RepoCausalLMMixin,
+    RepoDecoderLayerMixin,
+    RepoDecoderMixin,
+    heads,
+)
 
 __all__ = [
     "RepoLlamaAttention",
     "RepoLlamaCausalLMOutputWithPast",
+    "RepoLlamaDecoderLayer",
     "RepoLlamaForCausalLM",
     "RepoLlamaModel",
     "RepoLlamaModelOutputWithPast",
@@ -73,10 +82,16 @@ class RepoLlamaPreTrainedModel(LlamaPreTrainedModel):
     config_class = RepoLlamaConfig
 
 
-class RepoLlamaModel(RepoDecoderMixin, RepoLlamaPreTrainedModel, LlamaModel):
-    """`LlamaModel` whose `nope`/`repo` layers use `RepoLlamaAttention`."""
+class RepoLlamaDecoderLayer(RepoDecoderLayerMixin, LlamaDecoderLayer):
+    """`LlamaDecoderLayer` whose attention is `RepoLlamaAttention` in `nope`/`repo` layers."""
 
     attention_class = RepoLlamaAttention
+
+
+class RepoLlamaModel(RepoDecoderMixin, RepoLlamaPreTrainedModel, LlamaModel):
+    """`LlamaModel` over `RepoLlamaDecoderLayer`s."""
+
+    layer_class = RepoLlamaDecoderLayer
     output_class = RepoLlamaModelOutputWithPast
 
 

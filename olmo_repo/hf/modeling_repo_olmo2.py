@@ -11,12 +11,19 @@ Deltas from `transformers.models.olmo2` (everything else is inherited unchanged)
   positions), so cached decoding equals a full forward. The rotation uses the inverse frequencies and
   attention factor of the config's RoPE (default, linear, YaRN or Llama 3's), from an `Olmo2RotaryEmbedding`
   of the layer's own, exactly as the stock RoPE layers do.
-- `RepoOlmo2Model`: `Olmo2Model` with those attentions swapped in (`RepoDecoderMixin`); `output_positions=True`
-  adds the positions of every RePo layer to the output (`positions`: {layer id: [B, H_kv, T] fp32}).
+- `RepoOlmo2DecoderLayer`: `Olmo2DecoderLayer` whose attention is that one in `nope`/`repo` layers
+  (`RepoDecoderLayerMixin`).
+- `RepoOlmo2Model`: `Olmo2Model` over those decoder layers (`RepoDecoderMixin`); `output_positions=True` adds the
+  positions of every RePo layer to the output (`positions`: {layer id: [B, H_kv, T] fp32}).
 - `RepoOlmo2ForCausalLM`: `Olmo2ForCausalLM` over a `RepoOlmo2Model` (`RepoCausalLMMixin`), with the same
   `output_positions`.
 
-The three mixins hold all of it; OLMo 3's, Llama's and Qwen 3's classes (`modeling_repo_olmo3.py`,
+Each class states its changed submodule the way transformers' modular model files do (`modular_olmo2.py`'s
+`Olmo2DecoderLayer`: the parent's `__init__`, then the submodule of its own): the decoder layer its attention, the
+decoder its layers, the causal LM its decoder. Weight names are the stock ones (`model.layers.N.self_attn.*`),
+f_phi's beside them. `from_pretrained` builds on the meta device, so the parent's modules cost nothing there.
+
+The four mixins hold all of it; OLMo 3's, Llama's and Qwen 3's classes (`modeling_repo_olmo3.py`,
 `modeling_repo_llama.py`, `modeling_repo_qwen3.py`) are the same mixins over transformers' Olmo3, Llama and
 Qwen3, each stating only how its attention projects q, k and v (`RepoAttentionMixin.project_qkv`).
 
@@ -35,9 +42,10 @@ from torch import Tensor
 from transformers.cache_utils import Cache
 from transformers.configuration_utils import PretrainedConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.olmo2.modeling_olmo2 import (
     Olmo2Attention,
+    Olmo2DecoderLayer,
     Olmo2ForCausalLM,
     Olmo2Model,
     Olmo2PreTrainedModel,
@@ -52,9 +60,11 @@ from .rope import RepoLayer, record_positions
 __all__ = [
     "RepoAttentionMixin",
     "RepoCausalLMMixin",
+    "RepoDecoderLayerMixin",
     "RepoDecoderMixin",
     "RepoOlmo2Attention",
     "RepoOlmo2CausalLMOutputWithPast",
+    "RepoOlmo2DecoderLayer",
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
     "RepoOlmo2ModelOutputWithPast",
@@ -186,20 +196,31 @@ class RepoOlmo2CausalLMOutputWithPast(CausalLMOutputWithPast):
     positions: dict[int, Tensor] | None = None
 
 
-class RepoDecoderMixin:
-    """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`, `LlamaModel`,
-    `Qwen3Model`): its `nope`/`repo` layers get `attention_class` in place of the stock attention its decoder
-    layers built, and `output_positions=True` returns `output_class` (the stock output plus `positions`)."""
+class RepoDecoderLayerMixin:
+    """A decoder layer of transformers' (`Olmo2DecoderLayer`, `Olmo3DecoderLayer`, `LlamaDecoderLayer`,
+    `Qwen3DecoderLayer`) whose attention is `attention_class` in a `nope` or `repo` layer; a `rope` layer is the
+    stock one."""
 
     attention_class: type[nn.Module]
+
+    def __init__(self, config: PretrainedConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        if layer_modes(config)[layer_idx] != PositionMode.rope:
+            self.self_attn = self.attention_class(config, layer_idx)
+
+
+class RepoDecoderMixin:
+    """The decoder of a RePo model, mixed into transformers' (`Olmo2Model`, `Olmo3Model`, `LlamaModel`,
+    `Qwen3Model`): its layers are `layer_class`'s, and `output_positions=True` returns `output_class` (the stock
+    output plus `positions`)."""
+
+    layer_class: type[nn.Module]
     output_class: type[BaseModelOutputWithPast]
 
     def __init__(self, config: PretrainedConfig):
         super().__init__(config)
-        for i, mode in enumerate(layer_modes(config)):
-            if mode != PositionMode.rope:  # the stock attention built by the decoder layer is replaced
-                self.layers[i].self_attn = self.attention_class(config, i)
-        self.post_init()  # initialises only the new modules
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
+        self.post_init()  # initialises the new layers
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
         """The stock decoder's forward; `output_positions=True` returns an `output_class`."""
@@ -210,21 +231,16 @@ class RepoDecoderMixin:
 
 class RepoCausalLMMixin:
     """The causal LM of a RePo model, mixed into transformers' (`Olmo2ForCausalLM`, `Olmo3ForCausalLM`,
-    `LlamaForCausalLM`, `Qwen3ForCausalLM`): built over `decoder_class` directly, and `output_positions=True`
-    returns `output_class`."""
+    `LlamaForCausalLM`, `Qwen3ForCausalLM`) over `decoder_class`, and `output_positions=True` returns
+    `output_class`."""
 
     decoder_class: type[nn.Module]
     output_class: type[CausalLMOutputWithPast]
 
     def __init__(self, config: PretrainedConfig):
-        # The stock __init__ would build a stock decoder first; build the RePo one directly. Restated from
-        # transformers 5.24.0's Olmo2ForCausalLM.__init__, Olmo3ForCausalLM.__init__, LlamaForCausalLM.__init__
-        # and Qwen3ForCausalLM.__init__, which are the same (canaries: olmo_repo.upstream.transformers.CANARIES).
-        PreTrainedModel.__init__(self, config)
+        super().__init__(config)
         self.model = self.decoder_class(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
+        self.post_init()  # initialises the new decoder; ties the output projection to its embedding if asked
 
     def forward(self, *args: Any, output_positions: bool | None = None, **kwargs: Any) -> Any:
         """The stock forward; `output_positions=True` returns an `output_class`."""
@@ -238,10 +254,16 @@ class RepoOlmo2PreTrainedModel(Olmo2PreTrainedModel):
     config_class = RepoOlmo2Config
 
 
-class RepoOlmo2Model(RepoDecoderMixin, RepoOlmo2PreTrainedModel, Olmo2Model):
-    """`Olmo2Model` whose `nope`/`repo` layers use `RepoOlmo2Attention`."""
+class RepoOlmo2DecoderLayer(RepoDecoderLayerMixin, Olmo2DecoderLayer):
+    """`Olmo2DecoderLayer` whose attention is `RepoOlmo2Attention` in `nope`/`repo` layers."""
 
     attention_class = RepoOlmo2Attention
+
+
+class RepoOlmo2Model(RepoDecoderMixin, RepoOlmo2PreTrainedModel, Olmo2Model):
+    """`Olmo2Model` over `RepoOlmo2DecoderLayer`s."""
+
+    layer_class = RepoOlmo2DecoderLayer
     output_class = RepoOlmo2ModelOutputWithPast
 
 

@@ -8,9 +8,10 @@ attention, and each layer type has its own RoPE (`rope_parameters.sliding_attent
 - `RepoOlmo3Attention` (`nope` and `repo` layers): `Olmo3Attention` with the `RepoAttentionMixin` of
   `modeling_repo_olmo2.py` (q, k rotated by f_phi's positions after the q/k norms, keys cached rotated, the
   layer's sliding window passed to the attention function as `Olmo3Attention.forward` does); a `repo` layer
-  rotates with the frequencies and attention factor of its own layer type's RoPE. Sliding windows need nothing else: they mask by index, whatever the positions.
-- `RepoOlmo3Model`, `RepoOlmo3ForCausalLM`: `Olmo3Model`, `Olmo3ForCausalLM` with those attentions and
-  `output_positions` ({layer id: [B, H_kv, T] fp32}).
+  rotates with the frequencies and attention factor of its own layer type's RoPE. Sliding windows need nothing
+  else: they mask by index, whatever the positions.
+- `RepoOlmo3DecoderLayer`, `RepoOlmo3Model`, `RepoOlmo3ForCausalLM`: `Olmo3DecoderLayer`, `Olmo3Model`,
+  `Olmo3ForCausalLM` with those attentions and `output_positions` ({layer id: [B, H_kv, T] fp32}).
 
 Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configuration files, `rope.py` and
 `modes.py`.
@@ -25,6 +26,7 @@ from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.olmo3.modeling_olmo3 import (
     Olmo3Attention,
+    Olmo3DecoderLayer,
     Olmo3ForCausalLM,
     Olmo3Model,
     Olmo3PreTrainedModel,
@@ -32,11 +34,17 @@ from transformers.models.olmo3.modeling_olmo3 import (
 )
 
 from .configuration_repo_olmo3 import RepoOlmo3Config
-from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin
+from .modeling_repo_olmo2 import (
+    RepoAttentionMixin,
+    RepoCausalLMMixin,
+    RepoDecoderLayerMixin,
+    RepoDecoderMixin,
+)
 
 __all__ = [
     "RepoOlmo3Attention",
     "RepoOlmo3CausalLMOutputWithPast",
+    "RepoOlmo3DecoderLayer",
     "RepoOlmo3ForCausalLM",
     "RepoOlmo3Model",
     "RepoOlmo3ModelOutputWithPast",
@@ -76,10 +84,16 @@ class RepoOlmo3PreTrainedModel(Olmo3PreTrainedModel):
     config_class = RepoOlmo3Config
 
 
-class RepoOlmo3Model(RepoDecoderMixin, RepoOlmo3PreTrainedModel, Olmo3Model):
-    """`Olmo3Model` whose `nope`/`repo` layers use `RepoOlmo3Attention`."""
+class RepoOlmo3DecoderLayer(RepoDecoderLayerMixin, Olmo3DecoderLayer):
+    """`Olmo3DecoderLayer` whose attention is `RepoOlmo3Attention` in `nope`/`repo` layers."""
 
     attention_class = RepoOlmo3Attention
+
+
+class RepoOlmo3Model(RepoDecoderMixin, RepoOlmo3PreTrainedModel, Olmo3Model):
+    """`Olmo3Model` over `RepoOlmo3DecoderLayer`s."""
+
+    layer_class = RepoOlmo3DecoderLayer
     output_class = RepoOlmo3ModelOutputWithPast
 
 

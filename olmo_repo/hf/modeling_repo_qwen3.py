@@ -1,6 +1,6 @@
 """RePo on Hugging Face for Qwen 3: transformers' Qwen3 with the RePo attention of `modeling_repo_olmo2.py`.
 
-Deltas from `transformers.models.qwen3` (everything else is inherited unchanged), through the same three
+Deltas from `transformers.models.qwen3` (everything else is inherited unchanged), through the same four
 mixins as OLMo 2/3:
 
 - `RepoQwen3Attention` (`nope` and `repo` layers; `rope` layers keep the stock `Qwen3Attention`):
@@ -12,8 +12,9 @@ mixins as OLMo 2/3:
   the config's RoPE (default, linear, YaRN or Llama 3's); keys are cached rotated; the layer's sliding window
   (`Qwen3Attention.__init__` sets it from `layer_types`) reaches the attention function as in the stock
   forward.
-- `RepoQwen3Model`, `RepoQwen3ForCausalLM`: `Qwen3Model`, `Qwen3ForCausalLM` with those attentions and
-  `output_positions` ({layer id: [B, H_kv, T] fp32}); tied or untied embeddings as the config says.
+- `RepoQwen3DecoderLayer`, `RepoQwen3Model`, `RepoQwen3ForCausalLM`: `Qwen3DecoderLayer`, `Qwen3Model`,
+  `Qwen3ForCausalLM` with those attentions and `output_positions` ({layer id: [B, H_kv, T] fp32}); tied or
+  untied embeddings as the config says.
 
 Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_qwen3.py`,
 `configuration_repo_olmo2.py`, `rope.py` and `modes.py`.
@@ -27,6 +28,7 @@ from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
+    Qwen3DecoderLayer,
     Qwen3ForCausalLM,
     Qwen3Model,
     Qwen3PreTrainedModel,
@@ -34,11 +36,18 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 from .configuration_repo_qwen3 import RepoQwen3Config
-from .modeling_repo_olmo2 import RepoAttentionMixin, RepoCausalLMMixin, RepoDecoderMixin, heads
+from .modeling_repo_olmo2 import (
+    RepoAttentionMixin,
+    RepoCausalLMMixin,
+    RepoDecoderLayerMixin,
+    RepoDecoderMixin,
+    heads,
+)
 
 __all__ = [
     "RepoQwen3Attention",
     "RepoQwen3CausalLMOutputWithPast",
+    "RepoQwen3DecoderLayer",
     "RepoQwen3ForCausalLM",
     "RepoQwen3Model",
     "RepoQwen3ModelOutputWithPast",
@@ -78,10 +87,16 @@ class RepoQwen3PreTrainedModel(Qwen3PreTrainedModel):
     config_class = RepoQwen3Config
 
 
-class RepoQwen3Model(RepoDecoderMixin, RepoQwen3PreTrainedModel, Qwen3Model):
-    """`Qwen3Model` whose `nope`/`repo` layers use `RepoQwen3Attention`."""
+class RepoQwen3DecoderLayer(RepoDecoderLayerMixin, Qwen3DecoderLayer):
+    """`Qwen3DecoderLayer` whose attention is `RepoQwen3Attention` in `nope`/`repo` layers."""
 
     attention_class = RepoQwen3Attention
+
+
+class RepoQwen3Model(RepoDecoderMixin, RepoQwen3PreTrainedModel, Qwen3Model):
+    """`Qwen3Model` over `RepoQwen3DecoderLayer`s."""
+
+    layer_class = RepoQwen3DecoderLayer
     output_class = RepoQwen3ModelOutputWithPast
 
 

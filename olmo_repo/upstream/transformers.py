@@ -12,8 +12,7 @@ What transformers lacks, and what this module does about it:
 The HF modeling and configuration files travel into converted checkpoints as remote code and cannot import
 this package: what they take from transformers' internals is marked in place ("restated from transformers
 5.24.0" for the attention forward of `Olmo2Attention`, `Olmo3Attention` and `Qwen3Attention` (with a sliding
-window) and `LlamaAttention`, which differ only in the q/k/v projection; the bypass of the same `__init__` of
-`Olmo2ForCausalLM`, `Olmo3ForCausalLM`, `LlamaForCausalLM` and `Qwen3ForCausalLM`; the attention attributes
+window) and `LlamaAttention`, which differ only in the q/k/v projection; the attention attributes
 their `__init__` sets, `attention_type` and `sliding_window` included; Olmo2's `eager_attention_forward`,
 the eager fallback of every family's RePo attention, which must stay the same as the other families'; the
 private `_raise_exceptions_for_missing_entries` of `cached_file`, `config._attn_implementation`) and listed in
@@ -34,16 +33,12 @@ VERSION = "5.24.0"
 CANARIES = {
     "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.forward": "4c62a7cb133a0250",
     "transformers.models.olmo2.modeling_olmo2.Olmo2Attention.__init__": "202f2027df76d67e",
-    "transformers.models.olmo2.modeling_olmo2.Olmo2ForCausalLM.__init__": "9f1773cbef13f557",
     "transformers.models.olmo3.modeling_olmo3.Olmo3Attention.forward": "e6ca44ec57eff411",
     "transformers.models.olmo3.modeling_olmo3.Olmo3Attention.__init__": "35730b443753d42e",
-    "transformers.models.olmo3.modeling_olmo3.Olmo3ForCausalLM.__init__": "9fc631934c233ca5",
     "transformers.models.llama.modeling_llama.LlamaAttention.forward": "e080b5cc468cd0a5",
     "transformers.models.llama.modeling_llama.LlamaAttention.__init__": "0908be3a26b1820c",
-    "transformers.models.llama.modeling_llama.LlamaForCausalLM.__init__": "67973cad6ef7b4e9",
     "transformers.models.qwen3.modeling_qwen3.Qwen3Attention.forward": "648a188563d3f5ea",
     "transformers.models.qwen3.modeling_qwen3.Qwen3Attention.__init__": "6419143ef4436bb2",
-    "transformers.models.qwen3.modeling_qwen3.Qwen3ForCausalLM.__init__": "794f3d39a0dff89b",
     # The same source: the RePo attention of every family falls back to Olmo2's eager attention.
     "transformers.models.olmo2.modeling_olmo2.eager_attention_forward": "cb34ccea28710ae8",
     "transformers.models.olmo3.modeling_olmo3.eager_attention_forward": "cb34ccea28710ae8",
