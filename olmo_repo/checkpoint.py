@@ -6,7 +6,8 @@ them:
 
 - an HF directory (config.json: this project's, a stock model's, the reference's format) is used as it is;
 - an unsharded ai2-olmo checkpoint of this project (config.yaml + model.pt; local, http(s) or s3) is converted
-  into a temporary directory (`olmo_repo.ai2olmo.hf.convert_to_hf`), removed on exit;
+  into a temporary directory (`olmo_repo.ai2olmo.hf.convert_to_hf`), removed on exit; where ai2-olmo is not
+  installed (the vLLM and OLMo-core environments) it is refused in one line naming `scripts/convert_to_hf.py`;
 - an OLMo-core checkpoint is refused in one line naming `scripts/core_convert_to_hf.py` (its environment,
   `.venv-core`, is not evaluation's).
 
@@ -23,6 +24,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import RepoError
 from .integrity import require_model_dir
 
 if TYPE_CHECKING:
@@ -40,7 +42,14 @@ def as_hf_dir(path: str | PathLike, *, tokenizer: str | None = None) -> Iterator
     if "://" not in str(path) and (Path(path) / "config.json").is_file():
         yield Path(path)
         return
-    from .ai2olmo.hf import convert_to_hf  # ai2-olmo: only an ai2-olmo checkpoint needs it
+    try:
+        from .ai2olmo.hf import convert_to_hf  # ai2-olmo: only an ai2-olmo checkpoint needs it
+    except ModuleNotFoundError as e:  # the vLLM and OLMo-core environments have no ai2-olmo
+        raise RepoError(
+            f"{path} is an ai2-olmo checkpoint and this environment has no ai2-olmo ({e.name} is missing): convert "
+            "it with scripts/convert_to_hf.py where ai2-olmo is installed (.venv, the [ai2-olmo] extra) and pass "
+            "the HF directory"
+        ) from None
 
     with tempfile.TemporaryDirectory(prefix="olmo-repo-hf-") as tmp:
         yield convert_to_hf(path, Path(tmp) / "hf", tokenizer=tokenizer)

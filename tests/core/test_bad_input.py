@@ -382,3 +382,24 @@ def test_a_niah_length_its_haystack_does_not_fit_is_refused_before_workers_start
     assert core_train.main(argv) == 1
     _one_line(capsys, "core_train.py", says.format(data=data))
     assert not save.exists()
+
+
+def test_evaluating_an_ai2_olmo_checkpoint_without_ai2_olmo_says_where_to_convert_it(tmp_path):
+    """This environment has no ai2-olmo: scripts/eval.py on an ai2-olmo checkpoint is one line naming the converter,
+    not an import traceback; nothing is written."""
+    import torch
+
+    ckpt = tmp_path / "olmo-ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.yaml").write_text("model: {}\n")
+    torch.save({"w": torch.zeros(1)}, ckpt / "model.pt")  # intact, so the files pass their check
+    out = tmp_path / "eval"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval.py"), str(ckpt), "--tasks=niah_single_1", "--lengths=512",
+         f"--out={out}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    err = done.stderr.strip()
+    assert done.returncode == 1 and err.count("\n") == 0, err
+    assert f"{ckpt} is an ai2-olmo checkpoint and this environment has no ai2-olmo (olmo is missing)" in err
+    assert "scripts/convert_to_hf.py" in err and not out.exists()
