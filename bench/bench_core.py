@@ -32,11 +32,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import json_file, peak_step_memory, sync, timed
+from measure import interleaved_rounds, json_file, peak_step_memory, sync
 from olmo_core.nn.attention import AttentionBackendName
 from olmo_core.nn.transformer import TransformerConfig
 from ratios import median_ci, within_round
-from tqdm import tqdm
 
 from olmo_repo.hf.files import MODEL_CLASSES
 from olmo_repo.olmocore import with_position_modes
@@ -142,17 +141,13 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
     for name, model in models.items():  # warm-up
         step(model, ids, amp)
         decode_time(hf[name], prompt, 1, amp)
-    times: dict[str, list[float]] = {name: [] for name in models}
-    decode: dict[str, list[float]] = {name: [] for name in models}
-    order = list(models)
-    rng = random.Random(0)
-    for _ in tqdm(range(reps or size.reps), desc="steps and decodes, 4 models", unit="round"):
-        rng.shuffle(order)
-        for name in order:
-            times[name].append(timed(lambda m=models[name]: step(m, ids, amp), device))
-        rng.shuffle(order)
-        for name in order:
-            decode[name].append(decode_time(hf[name], prompt, size.new_tokens, amp))
+    times, decode = interleaved_rounds(
+        {name: lambda m=m: step(m, ids, amp) for name, m in models.items()},
+        {name: lambda m=m: decode_time(m, prompt, size.new_tokens, amp) for name, m in hf.items()},
+        reps or size.reps,
+        device,
+        random.Random(0),
+    )
     memory = {name: peak_step_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
     out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
            "decode_s_per_token": decode, "memory": memory, "ratios": {}}  # fmt: skip

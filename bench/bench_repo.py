@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import json_file, peak_step_memory, sync, timed
+from measure import interleaved_rounds, json_file, peak_step_memory, sync, timed
 from olmo.model import OLMo
 from ratios import median_ci, within_round
 from tqdm import tqdm
@@ -244,19 +244,20 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
 
     for name in variants:  # warm-up: allocator, kernels, autotuning
         step(name)()
-    step_s: dict[str, list[float]] = {n: [] for n in variants}
-    decode_s: dict[str, list[float]] = {n: [] for n in variants}
-    order = list(variants)
-    for _ in tqdm(range(reps), desc="steps and decodes, 4 models", unit="round"):
-        random.shuffle(order)
-        for name in order:
-            step_s[name].append(timed(step(name), device))
-        random.shuffle(order)
-        for name in order:
+
+    def decode(name: str) -> Callable[[], float]:
+        def go() -> float:
             models[name].eval()
             with reference_rotation(name == "repo-reference"):
-                decode_s[name].append(decode_time(models[name], prompt, size.new_tokens, amp, device))
+                seconds = decode_time(models[name], prompt, size.new_tokens, amp, device)
             models[name].train()
+            return seconds
+
+        return go
+
+    step_s, decode_s = interleaved_rounds(
+        {n: step(n) for n in variants}, {n: decode(n) for n in variants}, reps, device, random.Random(seed)
+    )
     # The times first, so that a failure in the memory figures below leaves them in the log.
     tqdm.write(f"{size_name}: step and decode vs RoPE (medians of within-round ratios): " + ", ".join(
         f"{n} {statistics.median(within_round(step_s[n], step_s['rope'])):.4f} "

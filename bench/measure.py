@@ -1,16 +1,20 @@
 """What the benchmarks share (torch only: bench_repo.py in .venv, bench_core.py in .venv-core, bench_vllm.py in
-.venv-vllm): timing and memory of one step, and their `--json` argument, checked before anything runs."""
+.venv-vllm): timing and memory of one step, the interleaved rounds that time each trainer's models side by side
+(`interleaved_rounds`: the trainer gives each model's step and decode), and their `--json` argument, checked before
+anything runs."""
 
 from __future__ import annotations
 
 import argparse
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-__all__ = ["json_file", "peak_step_memory", "sync", "timed"]
+__all__ = ["interleaved_rounds", "json_file", "peak_step_memory", "sync", "timed"]
 
 
 def json_file(path: str) -> str:
@@ -55,3 +59,27 @@ def peak_step_memory(step: Callable[[], None], model: torch.nn.Module, device: s
         current += nbytes
         peak = max(peak, current)
     return resident + peak
+
+
+def interleaved_rounds(
+    steps: Mapping[str, Callable[[], None]],
+    decodes: Mapping[str, Callable[[], float]],
+    reps: int,
+    device: str,
+    rng: random.Random,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """`reps` rounds, each timing one training step of every model (`steps`), then one decode of every model
+    (`decodes`: each returns its seconds per generated token), each time in a new shuffled order, so that the
+    machine's drift falls on every model alike and ratios are taken within a round. Returns ({name: step seconds
+    per round}, {name: decode seconds per token per round})."""
+    step_s: dict[str, list[float]] = {name: [] for name in steps}
+    decode_s: dict[str, list[float]] = {name: [] for name in decodes}
+    order = list(steps)
+    for _ in tqdm(range(reps), desc=f"steps and decodes, {len(order)} models", unit="round"):
+        rng.shuffle(order)
+        for name in order:
+            step_s[name].append(timed(steps[name], device))
+        rng.shuffle(order)
+        for name in order:
+            decode_s[name].append(decodes[name]())
+    return step_s, decode_s
