@@ -1,8 +1,8 @@
 """Is a checkpoint or weights file intact? Read from its directory or header alone, cheap for any size.
 
 Standard library only: evaluation, the explorer and the converters check files before loading them without
-importing torch or OLMo (`require_model_dir`: what a model directory of the commands is). Truncation, the usual damage, always shows in a torch.save file's zip directory
-or a safetensors header.
+importing torch or OLMo (`require_model_dir`: what a model directory of the commands is). Truncation, the usual
+damage, always shows in a torch.save file's zip directory or a safetensors header.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ A config names it like any other in-loop evaluator, one entry per variant (`olmo
         prompts: 20                     # default: PROMPTS
 
 The prompts are `niah.niah_samples(tokenizer, variant, length, prompts, seed)` with the run's tokenizer; the
-entry's `prompts` key (`olmo_repo.config.RepoEvaluatorConfig`) sets their number (default `PROMPTS`), its
+entry's `prompts` key (`olmo_repo.ai2olmo.config.RepoEvaluatorConfig`) sets their number (default `PROMPTS`), its
 `data.seed` overrides RULER's seed (`RULER_SEED`): the same prompts as `scripts/eval.py`, built once at
 start, with no draw from any global RNG. No generation: each prompt is read once with its gold answer
 appended (teacher forcing), padded on the right to `length` tokens (static shapes; causal attention makes the

@@ -162,7 +162,8 @@ class RepoCheckpointer(FullCheckpointer):
     Delta: `restore_checkpoint` first checks model.pt against the config (`check_stage1_state_dict`). A
     complete checkpoint then takes the stock path unchanged. A stage-1 checkpoint loads its base tensors
     (DDP: the module; FSDP: a full state dict on every rank), continues the optimizer state by surgery (FSDP:
-    the RePo weights get AdamW's initial state explicitly, see `_initial_state_for`), and reads train.pt; a checkpoint without optim.pt/train.pt (weights converted from elsewhere) needs
+    the RePo weights get AdamW's initial state explicitly, see `_initial_state_for`), and reads train.pt; a
+    checkpoint without optim.pt/train.pt (weights converted from elsewhere) needs
     `reset_optimizer_state`/`reset_trainer_state`, and the error says so.
     """
 

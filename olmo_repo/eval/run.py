@@ -45,8 +45,8 @@ OUTPUTS = ("results.json", "results.md", "samples.jsonl")
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """One evaluation: `model` (a model directory, as `evaluate_request`'s `open_model` opens it) on the NIAH `variants`
-    (or, with `suite`, the paper's suite) at each of `lengths`; results into the folder `out`."""
+    """One evaluation: `model` (a model directory, as `evaluate_request`'s `open_model` opens it) on the NIAH
+    `variants` (or, with `suite`, the paper's suite) at each of `lengths`; results into the folder `out`."""
 
     model: str
     out: Path

@@ -26,8 +26,8 @@ class BadRequest(ValueError):
 
 class ExplorerModel:
     """MODEL (an HF directory of OLMo 2/3, Llama or Qwen 3, stock or RePo, opened by `open_model`:
-    `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes an ai2-olmo checkpoint too), loaded once without its LM head; `positions` runs one request at a
-    time.
+    `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes an ai2-olmo checkpoint too), loaded
+    once without its LM head; `positions` runs one request at a time.
 
     Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed).
     """

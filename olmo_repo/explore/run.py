@@ -69,7 +69,8 @@ def export_page(
     open_model: ModelOpener = hf_dir_as_is,
 ) -> Path:
     """Write the explorer's page for the prompt in `prompt_file` and one or two `models` (HF directories, opened
-    by `open_model`: `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes ai2-olmo checkpoints too) as one self-contained HTML file `out`; an existing `out` is replaced only with `force` and
+    by `open_model`: `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes ai2-olmo checkpoints
+    too) as one self-contained HTML file `out`; an existing `out` is replaced only with `force` and
     only if it is such a page. Returns `out`."""
     for path in models:
         require_model_dir(path)  # before torch loads
