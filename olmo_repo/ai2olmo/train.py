@@ -382,7 +382,8 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
 def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_world_size: int) -> None:
     """Everything a rank checks before its model is built, once, for a run of `world_size` ranks: the config,
     the preflight, the evaluators' entries, the run folder (a resume's checkpoint and config), and how a local
-    unsharded `load_path`'s model.pt fits the model (the stage-1 fit rule, from its keys and shapes: memory-mapped, nothing read).
+    unsharded `load_path`'s model.pt fits the model (the stage-1 fit rule, from its keys and shapes:
+    memory-mapped, nothing read).
     What `scripts/train.py --nproc-per-node` runs before it starts the workers, so that a bad input is one line
     instead of one per rank and torchrun's traceback. Starts no process group; may move a corrupt newest
     checkpoint aside, as rank 0 would."""
