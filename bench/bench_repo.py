@@ -222,6 +222,27 @@ def component_times(
     return samples
 
 
+def memory_figures(
+    models: dict[str, OLMo],
+    step: Callable[[str], Callable[[], None]],
+    ids: torch.Tensor,
+    amp: torch.dtype | None,
+    device: str,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """({name: peak step memory}, {name: saved activation bytes}) of every model; on CUDA one model on the GPU at a
+    time (four 1.5B models' forwards ran out of 139 GiB), the others parked on the CPU."""
+    memory, activations = {}, {}
+    for name in models:
+        if device == "cuda":
+            for other, model in models.items():
+                model.to(device if other == name else "cpu")
+            torch.cuda.empty_cache()
+        memory[name] = peak_step_memory(step(name), models[name], device)
+        with reference_rotation(name == "repo-reference"):
+            activations[name] = saved_activation_memory(models[name], ids, amp)
+    return memory, activations
+
+
 def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     size = SIZES[size_name]
     reps = reps or size.reps
@@ -263,15 +284,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
         f"{n} {statistics.median(within_round(step_s[n], step_s['rope'])):.4f} "
         f"{statistics.median(within_round(decode_s[n], decode_s['rope'])):.4f}" for n in variants if n != "rope"
     ))  # fmt: skip
-    memory, activations = {}, {}
-    for name in variants:
-        if device == "cuda":  # one model on the GPU at a time: four 1.5B models' forwards ran out of 139 GiB
-            for other, model in models.items():
-                model.to(device if other == name else "cpu")
-            torch.cuda.empty_cache()
-        memory[name] = peak_step_memory(step(name), models[name], device)
-        with reference_rotation(name == "repo-reference"):
-            activations[name] = saved_activation_memory(models[name], ids, amp)
+    memory, activations = memory_figures(models, step, ids, amp, device)
     if device == "cuda":
         models["repo"].to(device), models["rope"].to(device)  # the pieces below time their blocks
 
