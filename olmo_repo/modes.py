@@ -23,7 +23,10 @@ The reference implementation spells the same thing two ways: its OLMo YAML (`dyn
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from difflib import get_close_matches
 from enum import Enum
 from typing import Any
@@ -31,12 +34,24 @@ from typing import Any
 __all__ = [
     "F_PHI_HIDDEN_RATIO",
     "F_PHI_WEIGHTS",
+    "INDEX_BLEND_METRIC",
     "PE_KEYS",
     "POSITIONS_METRIC",
+    "POSITION_STATS",
+    "REFERENCE_BLEND_KEYS",
     "REFERENCE_MODES",
+    "SCORED_PE_KEYS",
+    "FPhiTraining",
+    "PositionKeys",
     "PositionMode",
+    "PositionSource",
+    "ScoredPositionKeys",
+    "check_index_blend",
     "check_pe_keys",
     "check_position_modes",
+    "check_scored_positions",
+    "index_blend",
+    "is_f_phi_param",
     "layer_modes",
     "parse_layer_ids",
     "reference_mode",
@@ -71,11 +86,170 @@ F_PHI_WEIGHTS = ("gate_map", "content_map", "final_map")
 F_PHI_HIDDEN_RATIO = 8
 """f_phi's hidden width is d_model // 8 (gate_map, content_map: d_model -> d_model // 8; the paper's)."""
 
-PE_KEYS = ("pe_mode", "pe_start_layer", "pe_layer_ids")
-"""The position-mode keys, as every config of this project spells them."""
+
+class PositionSource(str, Enum):
+    """What a RePo layer rotates q and k by (`pe_positions`): an evaluation-time ablation of the learned
+    positions."""
+
+    learned = "learned"
+    """f_phi's positions (blended with the token index by `pe_blend`): the model as trained."""
+    index = "index"
+    """The token index: the layer scores as the RoPE layer it replaced (f_phi unused)."""
+    constant = "constant"
+    """One position for every token: no rotation, the layer scores as NoPE (f_phi unused)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(kw_only=True)
+class PositionKeys:
+    """The position keys of every model config of this project, declared once: the model configs of both
+    trainers (`RepoModelConfig`, OLMo-core's `RepoAttentionConfig`) and the four HF configs inherit them.
+
+    Which layers: a layer takes `pe_mode` when its id is >= `pe_start_layer` and, if `pe_layer_ids` is set,
+    in that list (`layer_modes`). The index blend (a warm start the reference's code holds and its paper runs
+    left off): a RePo layer rotates by
+
+        z' = (1 - p) z + p i        z: f_phi's positions, i: the token's index (absolute, under a KV cache)
+
+    with p falling linearly from `pe_blend_init` to 0 over `pe_blend_steps` optimizer steps (`index_blend`). At
+    p = 1 the layer is the RoPE layer it replaced, so inserting RePo costs nothing, and the positions hand over
+    to f_phi as p falls. The trainers set p every step; a checkpoint converted to HF records the p of its step
+    (`ScoredPositionKeys.pe_blend`).
+    """
+
+    pe_mode: str = "rope"
+    """Position mode of the selected layers: rope (integer positions, stock), nope (no rotation) or repo (real
+    positions predicted by f_phi). Unselected layers use rope."""
+    pe_start_layer: int = 0
+    """First selected layer, 0-indexed (the paper: 5 for the 16-layer 1B, 10 for the 32-layer 7B)."""
+    pe_layer_ids: list[int] | None = None
+    """If set, only these layers (those also >= pe_start_layer) are selected; null selects all of them."""
+    pe_blend_init: float = 0.0
+    """p of the index blend at step 0, in [0, 1] (1: RePo layers start as RoPE). The paper: 0."""
+    pe_blend_steps: int = 0
+    """Optimizer steps over which p falls linearly to 0; 0: no blend (p = 0, the reference's rule)."""
+
+
+PE_KEYS = tuple(f.name for f in dataclasses.fields(PositionKeys))
+"""The position keys of the model configs, as every config of this project spells them."""
+
+REFERENCE_BLEND_KEYS = {
+    "dynamic_pe_init_pdrop": "pe_blend_init",
+    "dynamic_pe_dropout_anneal_step": "pe_blend_steps",
+}
+"""The reference's names of the blend schedule (its HF `pe_config`, its OLMo model config) and the keys here."""
+
+
+@dataclass(kw_only=True)
+class ScoredPositionKeys(PositionKeys):
+    """`PositionKeys` plus what an inference config (the four HF configs, read by vLLM too) scores with."""
+
+    pe_blend: float = 0.0
+    """p of the index blend that RePo layers score with, in [0, 1]: a checkpoint converted at step s of its
+    run records the schedule's p at s (`index_blend`), so it scores as training did. 0: f_phi's positions."""
+    pe_positions: str = "learned"
+    """learned (f_phi's, blended by pe_blend), index (the token index: RoPE) or constant (no rotation: NoPE):
+    replaces the positions of RePo layers at evaluation, an ablation of what they learned."""
+
+
+SCORED_PE_KEYS = tuple(f.name for f in dataclasses.fields(ScoredPositionKeys))
+"""`PE_KEYS` and the keys an inference config adds."""
+
+
+def index_blend(init: float, steps: int, step: int) -> float:
+    """p of the index blend after `step` optimizer steps: `init` falling linearly to 0 at `steps`, 0 from
+    then on; 0 when `steps` is 0 (no blend, the reference's rule)."""
+    if steps <= 0 or step >= steps:
+        return 0.0
+    return init * (1.0 - step / steps)
+
+
+def check_index_blend(init: float, steps: int, *, has_repo: bool, prefix: str = "") -> None:
+    """One `ValueError` naming the bad key (`prefix` + key): p0 outside [0, 1], a negative or fractional anneal,
+    or a blend on a model without RePo layers (nothing to blend)."""
+    if isinstance(init, bool) or not isinstance(init, (int, float)) or not 0.0 <= init <= 1.0:
+        raise ValueError(f"{prefix}pe_blend_init={init!r} is not a blend weight; allowed: a number in [0, 1]")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(
+            f"{prefix}pe_blend_steps={steps!r} is not a step count; allowed: a whole number >= 0 (0: no blend)"
+        )
+    if not has_repo and init > 0 and steps > 0:
+        raise ValueError(
+            f"{prefix}pe_blend_init={init} blends the positions of RePo layers, but this model has none "
+            f"(set {prefix}pe_mode=repo, or pe_blend_init=0)"
+        )
+
+
+def check_scored_positions(blend: float, source: str, *, has_repo: bool, prefix: str = "") -> None:
+    """One `ValueError` naming the bad key of `ScoredPositionKeys`: `pe_blend` outside [0, 1], an unknown
+    `pe_positions`, or either set on a model without RePo layers."""
+    if isinstance(blend, bool) or not isinstance(blend, (int, float)) or not 0.0 <= blend <= 1.0:
+        raise ValueError(f"{prefix}pe_blend={blend!r} is not a blend weight; allowed: a number in [0, 1]")
+    if str(source) not in PositionSource.__members__:
+        raise ValueError(
+            f"{prefix}pe_positions={source!r} is not supported; allowed: {', '.join(PositionSource.__members__)}"
+        )
+    if not has_repo and (blend > 0 or str(source) != PositionSource.learned):
+        key, value = ("pe_blend", blend) if blend > 0 else ("pe_positions", source)
+        raise ValueError(
+            f"{prefix}{key}={value} acts on the positions of RePo layers, but this model has none (pe_mode="
+            "repo selects them)"
+        )
+
+
+@dataclass(kw_only=True)
+class FPhiTraining:
+    """How the trainers optimise f_phi (`f_phi.*` in both trainers' run configs): its own learning rate and
+    weight decay, or f_phi alone. Adam moves a weight by about lr per step, so at the paper's lr a run of a few
+    hundred steps leaves f_phi at its init; a multiplier lets positions travel at the scale one machine affords.
+    """
+
+    lr_multiplier: float = 1.0
+    """f_phi's learning rate is the schedule's times this (warm-up and decay keep their shape). The paper: 1."""
+    weight_decay: float | None = None
+    """f_phi's weight decay; null: the base's (the paper's: OLMo's weight decay on every linear weight)."""
+    only: bool = False
+    """Train f_phi alone, every other weight frozen: whether positions can be learned at all."""
+
+    def check(self, *, has_repo: bool, prefix: str = "f_phi.") -> None:
+        """One `ValueError` naming the bad key (`prefix` + key)."""
+        m = self.lr_multiplier
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+            raise ValueError(
+                f"{prefix}lr_multiplier={m!r}; allowed: a finite number > 0 (1: the schedule's lr)"
+            )
+        wd = self.weight_decay
+        if wd is not None and (
+            isinstance(wd, bool) or not isinstance(wd, (int, float)) or not math.isfinite(wd) or wd < 0
+        ):
+            raise ValueError(
+                f"{prefix}weight_decay={wd!r}; allowed: a finite number >= 0, or null (the base's)"
+            )
+        if self.only and not has_repo:
+            raise ValueError(
+                f"{prefix}only=true trains f_phi alone, but this model has no RePo layer (no f_phi): set "
+                "pe_mode=repo, or only=false"
+            )
+
+
+def is_f_phi_param(name: str) -> bool:
+    """Whether a parameter name (`....gate_map.weight`, wrapped or not) is one of f_phi's weights."""
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in F_PHI_WEIGHTS
+
+
+POSITION_STATS = ("min", "max", "std", "p05", "p95", "rank_corr")
+"""What is logged of a RePo layer's positions z [B, H_kv, T] (first micro-batch of a step): extremes, spread
+(std, 5th and 95th percentile), and Spearman's rank correlation with the token index, averaged over (sequence,
+head) rows (1: ordered as the tokens, as RoPE; 0: unrelated)."""
 
 POSITIONS_METRIC = "train/positions/layer{layer}/{stat}"
-"""The training metrics of a RePo layer's predicted positions; stat: min, max, std."""
+"""The training metrics of a RePo layer's predicted positions; stat: one of `POSITION_STATS`."""
+
+INDEX_BLEND_METRIC = "train/positions/index_blend"
+"""The p of the index blend the step trained with (logged while a blend is on)."""
 
 
 def _layer_count(config: Any, n_layers: int | None) -> int:
@@ -154,17 +328,17 @@ def check_position_modes(
 
 def check_pe_keys(keys: Iterable[str], where: str, allowed: Iterable[str] = ()) -> None:
     """Raise one `ValueError` for the first key of `keys` that looks like a position-mode key but is none
-    (`pe_mdoe`, `pe_start`, `pemode`), naming the nearest of `PE_KEYS`: a misspelt key would otherwise leave
+    (`pe_mdoe`, `pe_start`, `pemode`), naming the nearest of `SCORED_PE_KEYS`: a misspelt key would otherwise leave
     the layers at their default, RoPE, in silence. Other keys (the stock ones of a config) and `allowed` pass."""
-    known = {*PE_KEYS, *allowed}
+    known = {*SCORED_PE_KEYS, *allowed}
     for key in keys:
         if key in known:
             continue
         prefixed = key.startswith("pe_")  # surely meant as one; else only a near spelling counts
-        near = get_close_matches(key, PE_KEYS, n=1, cutoff=0.5 if prefixed else 0.8)
+        near = get_close_matches(key, SCORED_PE_KEYS, n=1, cutoff=0.5 if prefixed else 0.8)
         if prefixed or near:
             hint = (
-                f"did you mean {near[0]!r}?" if near else f"the position-mode keys are {', '.join(PE_KEYS)}"
+                f"did you mean {near[0]!r}?" if near else f"the position keys are {', '.join(SCORED_PE_KEYS)}"
             )
             raise ValueError(f"{where}: unknown key {key!r}; {hint}")
 

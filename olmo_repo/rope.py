@@ -52,12 +52,20 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .modes import F_PHI_HIDDEN_RATIO, F_PHI_WEIGHTS, POSITIONS_METRIC, PositionMode
+from .modes import (
+    F_PHI_HIDDEN_RATIO,
+    F_PHI_WEIGHTS,
+    INDEX_BLEND_METRIC,
+    POSITIONS_METRIC,
+    PositionMode,
+    PositionSource,
+)
 
 __all__ = [
     "COMPILED_ROTATION",
     "LinearFp32Out",
     "RepoLayer",
+    "blend_positions",
     "check_final_map_rows",
     "f_phi",
     "inv_frequencies",
@@ -70,6 +78,8 @@ __all__ = [
     "rotate_forward",
     "rotate_qk",
     "rotate_reference",
+    "set_index_blend",
+    "spread",
 ]
 
 
@@ -299,6 +309,12 @@ class RepoLayer:
     pe_mode: PositionMode = PositionMode.rope
     layer_id: int
     f_phi_rows: range
+    index_blend: float = 0.0
+    """p of the index blend (`modes.PositionKeys`): q and k are rotated by (1 - p) z + p i. The trainers set it
+    every step (`set_index_blend`); HF and vLLM from the config's `pe_blend`."""
+    position_source: PositionSource = PositionSource.learned
+    """What q and k are rotated by (`modes.PositionSource`): f_phi's positions, or, as an ablation at
+    evaluation, the token index or one constant position."""
     """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
 
     def init_repo(
@@ -313,6 +329,8 @@ class RepoLayer:
         kv_heads: range | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        index_blend: float = 0.0,
+        position_source: str = "learned",
     ) -> None:
         """Set the layer up for `pe_mode`; in `repo` mode add f_phi: gate_map, content_map (d_model ->
         d_model // F_PHI_HIDDEN_RATIO) and final_map (-> one position per key/value head: `n_kv_heads`, or
@@ -320,10 +338,12 @@ class RepoLayer:
         and FSDP expect modules, not bare parameters).
 
         `rope_theta` and `head_dim` give the inverse frequencies of stock RoPE; a backend whose RoPE may be
-        scaled (linear, YaRN) overrides `rope_frequencies` instead.
+        scaled (linear, YaRN) overrides `rope_frequencies` instead. `index_blend` and `position_source`: what
+        an inference config scores with (`modes.ScoredPositionKeys`: `pe_blend`, `pe_positions`).
         """
         assert isinstance(self, nn.Module), "RepoLayer is mixed into an nn.Module"
         self.pe_mode, self.layer_id = PositionMode(str(pe_mode)), layer_id
+        self.index_blend, self.position_source = float(index_blend), PositionSource(str(position_source))
         self.repo_head_dim, self.repo_rope_theta = head_dim, rope_theta
         if self.pe_mode != PositionMode.repo:
             return
@@ -397,13 +417,34 @@ class RepoLayer:
             q, k = q * scale, k * scale
         return q, k
 
+    def rotation_positions(self, x: Tensor, index: Tensor | None) -> Tensor | None:
+        """What a `repo` layer rotates q and k by, [..., H_kv, T] fp32, or None for no rotation:
+
+        - learned: f_phi's positions z from x [..., T, d_model] (observed at `positions_out`), blended with the
+          token index i [..., T] as (1 - p) z + p i, p = `index_blend` (`blend_positions`);
+        - index (an ablation at evaluation): i itself, the RoPE layer this one replaced;
+        - constant (an ablation at evaluation): None, no rotation (NoPE).
+
+        `index`: each token's absolute index (after a KV cache's past, as RoPE counts it), any shape that
+        broadcasts to [..., T]; needed only for p > 0 or `index`.
+        """
+        if self.position_source == PositionSource.constant:
+            return None
+        if self.position_source == PositionSource.index:
+            assert index is not None, "position_source=index rotates by the token index: pass index"
+            return _heads(index, len(self.f_phi_rows)).float()
+        return blend_positions(self.predict_positions(x), index, self.index_blend)
+
     def reposition(
-        self, x: Tensor, q: Tensor, k: Tensor, *, tokens_first: bool = False
+        self, x: Tensor, q: Tensor, k: Tensor, *, index: Tensor | None = None, tokens_first: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """`apply_positions` with the positions f_phi predicts from x (repo), or none (nope)."""
+        """`apply_positions` with `rotation_positions(x, index)` (repo), or none (nope)."""
         if self.pe_mode != PositionMode.repo:
             return q, k
-        return self.apply_positions(q, k, self.predict_positions(x), tokens_first=tokens_first)
+        positions = self.rotation_positions(x, index)
+        if positions is None:
+            return q, k
+        return self.apply_positions(q, k, positions, tokens_first=tokens_first)
 
     def load_f_phi(self, param: Tensor, loaded: Tensor) -> None:
         """Copy a checkpoint's f_phi weight into `param`; of final_map [H_kv, d_model // 8] only `f_phi_rows`."""
@@ -411,6 +452,32 @@ class RepoLayer:
             check_final_map_rows(loaded.shape[0], self.repo_n_kv_heads, "final_map.weight")
             loaded = loaded[self.f_phi_rows.start : self.f_phi_rows.stop]
         param.data.copy_(loaded)
+
+
+def _heads(index: Tensor, n_kv_heads: int) -> Tensor:
+    """A token index [..., T] as positions of every key/value head, [..., H_kv, T]."""
+    index = index.unsqueeze(-2)
+    return index.expand(*index.shape[:-2], n_kv_heads, index.shape[-1])
+
+
+def blend_positions(z: Tensor, index: Tensor | None, p: float) -> Tensor:
+    """The index blend: (1 - p) z + p i for positions z [..., H_kv, T] (fp32) and the token index i [..., T].
+
+    p = 0 returns z itself (the paper's RePo, no work); p = 1 gives i exactly (0 * z + i, z finite), so a
+    RePo layer then rotates as the RoPE layer it replaced, bit for bit in fp32. The gradient into z is
+    (1 - p) of the incoming one.
+    """
+    if p == 0.0:
+        return z
+    assert index is not None, "an index blend (p > 0) needs each token's index: pass index"
+    return (1.0 - p) * z + p * index.to(z.dtype).unsqueeze(-2)
+
+
+def set_index_blend(model: nn.Module, p: float) -> None:
+    """Set the index blend p of every RePo layer of `model` (wrapped or not): the trainers call it before each
+    step with `modes.index_blend(init, steps, steps done)`."""
+    for layer in repo_layers(model):
+        layer.index_blend = float(p)
 
 
 def check_final_map_rows(rows: int, n_kv_heads: int, key: str) -> None:
@@ -460,21 +527,53 @@ def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
 
 @contextmanager
 def position_stats(model: nn.Module) -> Iterator[dict[str, float]]:
-    """The training metrics of the positions (`modes.POSITIONS_METRIC`: min, max, std per RePo layer) of the first
-    forward of each RePo layer of `model` while the block runs: the first micro-batch of a step, later ones and
-    activation-checkpoint recomputations left out. A tensor-parallel layer's positions are gathered first. Both
-    trainers log these, one rule for what they mean."""
+    """The training metrics of the positions (`modes.POSITIONS_METRIC` with each of `modes.POSITION_STATS` per
+    RePo layer; `modes.INDEX_BLEND_METRIC` while a blend is on) of the first forward of each RePo layer of
+    `model` while the block runs: the first micro-batch of a step, later ones and activation-checkpoint
+    recomputations left out. A tensor-parallel layer's positions are gathered first. Both trainers log these,
+    one rule for what they mean."""
     stats: dict[str, float] = {}
+    layers = repo_layers(model)
+    if layers and layers[0].index_blend > 0:
+        stats[INDEX_BLEND_METRIC] = layers[0].index_blend
 
     def record(layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
         key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
         if key("std") in stats:
             return
         z = (z.full_tensor() if hasattr(z, "full_tensor") else z).detach().float()  # DTensor under TP
-        stats.update({key("min"): z.min().item(), key("max"): z.max().item(), key("std"): z.std().item()})
+        stats.update({key(stat): value for stat, value in spread(z).items()})
 
     with observe_positions(model, record):
         yield stats
+
+
+def spread(z: Tensor) -> dict[str, float]:
+    """`modes.POSITION_STATS` of positions z [..., T]: min, max, std, 5th and 95th percentile of every value,
+    and Spearman's rank correlation of each row with the token index 0..T-1, averaged over the rows (a row
+    of equal values counts 0)."""
+    z = z.detach().float()
+    flat = z.flatten()
+    if flat.numel() > 1 << 24:  # torch.quantile's limit: an even subsample
+        flat = flat[:: flat.numel() // (1 << 24) + 1]
+    p05, p95 = torch.quantile(flat, torch.tensor([0.05, 0.95], device=flat.device)).tolist()
+    rows = z.reshape(-1, z.shape[-1])  # [rows, T]
+    ranks = rows.argsort(-1).argsort(-1).float()
+    ranks = ranks - ranks.mean(-1, keepdim=True)
+    steps = torch.arange(rows.shape[-1], device=z.device, dtype=torch.float32)
+    steps = steps - steps.mean()
+    denom = ranks.norm(dim=-1) * steps.norm()
+    corr = torch.where(denom > 0, (ranks * steps).sum(-1) / denom.clamp_min(1e-30), 0.0)
+    constant = rows.amax(-1) == rows.amin(-1)  # argsort ranks ties in index order: not an ordering
+    corr = torch.where(constant, 0.0, corr)
+    return {
+        "min": z.min().item(),
+        "max": z.max().item(),
+        "std": z.std().item() if z.numel() > 1 else 0.0,
+        "p05": p05,
+        "p95": p95,
+        "rank_corr": corr.mean().item(),
+    }
 
 
 def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
