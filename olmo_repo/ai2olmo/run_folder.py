@@ -97,7 +97,9 @@ def _flat(config: TrainConfig) -> dict[str, Any]:
 
 def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
     """Compare this run's config with the one `checkpoint` was saved with: a different model is refused with
-    the keys that differ (it would load as a stage-1 init, or fail); other changed keys are logged."""
+    the keys that differ (it would load as a stage-1 init, or fail), and so is a changed `f_phi` section (its
+    param groups and the optimizer state in them are of the saved values), in one line naming both values;
+    other changed keys are logged."""
 
     def changes() -> dict[str, tuple[Any, Any]]:
         saved = _flat(type(cfg).load(resource_path(checkpoint, "config.yaml"), validate_paths=False))
@@ -109,6 +111,13 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in items.items())
 
     changed = decided_on_rank0(changes)
+    if f_phi := [k for k in changed if k.startswith("f_phi.")]:  # the optimizer state is of those values
+        key, (old, new) = f_phi[0], changed[f_phi[0]]
+        raise OLMoConfigurationError(
+            f"{key}={_yaml(new)}, but {checkpoint} was trained with {key}={_yaml(old)}: resume with "
+            f"--{key}={_yaml(old)}, or train the new value in a new --save_folder (--load_path={checkpoint} "
+            "--reset_optimizer_state=true to start from that checkpoint)"
+        )
     model = {k: v for k, v in changed.items() if k.startswith("model.") and k not in _MODEL_RUNTIME_KEYS}
     if model:
         raise OLMoConfigurationError(
@@ -118,6 +127,11 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         )
     if changed:
         log.warning("Resuming %s with settings changed since: %s", checkpoint, shown(changed))
+
+
+def _yaml(value: Any) -> str:
+    """A config value as a `--key=value` override writes it (null, true, 10.0)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def earlier_start_here(cfg: TrainConfig) -> bool:

@@ -75,6 +75,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..metrics import METRICS_FILE, trim_metrics
+from ..modes import is_f_phi_param
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
@@ -252,9 +253,21 @@ def _build_model(cfg: TrainConfig, device: torch.device) -> tuple[OLMo, DDP | FS
         for block in olmo_model.transformer.blocks:
             block.compile(**cfg.compile.asdict())
     olmo_model.set_activation_checkpointing(cfg.activation_checkpointing)
+    if getattr(cfg, "f_phi", None) is not None and cfg.f_phi.only:
+        _train_f_phi_only(olmo_model)
     dist_model = _wrap(cfg, olmo_model, device)
     log.info("Model:\n%s", dist_model)
     return olmo_model, dist_model
+
+
+def _train_f_phi_only(model: OLMo) -> None:
+    """`f_phi.only`: every weight but f_phi's frozen, before the wrap (DDP and FSDP then leave them out of
+    gradient synchronisation) and before the optimizer is built (OLMo's param groups take only what
+    requires a gradient)."""
+    for name, param in model.named_parameters():
+        param.requires_grad_(is_f_phi_param(name))
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("f_phi.only: f_phi's %s weights trained, every other weight frozen", f"{trained:,d}")
 
 
 def _data_indices(cfg: TrainConfig, rerun: bool) -> Path | None:
