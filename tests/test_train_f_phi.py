@@ -122,6 +122,50 @@ def test_f_phi_only_moves_f_phi_and_leaves_every_other_weight_bit_identical(data
     assert len(f_phi) == 6 and len(before) > 20
     assert all(not torch.equal(before[n], after[n]) for n in f_phi)
     assert all(torch.equal(before[n], after[n]) for n in before.keys() - f_phi)
+    # Its optimizer state (f_phi alone, in a group of its own) does not fit a run that trains every weight.
+    checkpoint = tmp_path / "run/step2-unsharded"
+    with pytest.raises(OLMoConfigurationError) as error:
+        make_trainer(STAGE1, small(data, tmp_path / "next", **{**KNOBS, "load_path": checkpoint}), device)
+    assert str(error.value) == (
+        f"load_path={checkpoint} holds an optimizer state with a param group of f_phi's own, the rest frozen "
+        "(f_phi: lr_multiplier=10.0, weight_decay=0.01, only=true), this run's has a param group of f_phi's own "
+        "(f_phi: lr_multiplier=10.0, weight_decay=0.01, only=false): pass --reset_optimizer_state=true to start "
+        "the optimizer fresh"
+    )
+    assert not (tmp_path / "next").exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_saved_mid_anneal_scores_in_hf_as_training_did_at_its_step(data, tmp_path, device):
+    """Saved after 2 of the blend's 4 steps (p = 0.5), converted: the HF model (transformers, this project's
+    modeling) records the schedule and p, and gives the logits the trained OLMo model gave at that step, within
+    fp32 bounds (not p = 0's: a conversion that dropped p fails); back to OLMo, the schedule comes along."""
+    from transformers import AutoModelForCausalLM
+
+    import olmo_repo.hf  # noqa: F401  (registers the RePo configs with the Auto classes)
+    from olmo_repo.ai2olmo.hf import convert_from_hf, convert_to_hf
+    from olmo_repo.rope import set_index_blend
+
+    from .numerics import assert_within, model_roundings
+
+    run = tmp_path / "run"
+    overrides = _overrides(data, run, max_duration=4, stop_at=2, save_interval_unsharded=2)
+    with make_trainer(STAGE1, overrides, device) as trainer:
+        trainer.fit()
+        olmo = trainer.model.eval()
+    hf_dir = convert_to_hf(run / "step2-unsharded", tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert (hf.config.pe_blend, hf.config.pe_blend_init, hf.config.pe_blend_steps) == (0.5, 1.0, 4)
+    ids = torch.randint(2, 128, (2, 32))
+    roundings = 2 * model_roundings(olmo.config, 32)
+    with torch.no_grad():
+        got = hf(ids).logits
+        assert_within(got, olmo(ids).logits, roundings=roundings, what="HF logits at p = 0.5")
+        set_index_blend(olmo, 0.0)
+        with pytest.raises(AssertionError, match="exceeds the bound"):
+            assert_within(got, olmo(ids).logits, roundings=roundings)
+    back = RepoTrainConfig.load(convert_from_hf(hf_dir, tmp_path / "back") / "config.yaml").model
+    assert (back.pe_blend_init, back.pe_blend_steps) == (1.0, 4)
 
 
 @pytest.mark.parametrize(

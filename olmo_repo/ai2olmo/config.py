@@ -34,6 +34,7 @@ __all__ = [
     "RepoEvaluatorConfig",
     "RepoModelConfig",
     "RepoTrainConfig",
+    "f_phi_has_own_group",
     "layer_modes",
     "olmo2_model_config",
     "repo_layer_ids",
@@ -178,6 +179,13 @@ class RepoTrainConfig(TrainConfig):
         if om.is_dict(config) and "model" in config:
             config.model = _translate_reference_keys(config.model, prefix="model.")
         return config
+
+
+def f_phi_has_own_group(f_phi: FPhiTraining) -> bool:
+    """Whether f_phi gets a param group of its own in OLMo's optimizer: a learning rate or weight decay other
+    than the base's. Otherwise it stays in OLMo's decay group, so the paper's runs and their checkpoints keep
+    OLMo's two groups."""
+    return f_phi.lr_multiplier != 1.0 or f_phi.weight_decay is not None
 
 
 def _one_line_error(error: OLMoConfigurationError) -> OLMoConfigurationError:

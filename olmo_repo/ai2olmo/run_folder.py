@@ -3,6 +3,7 @@ whether a folder without a checkpoint is a new run, and `metrics.jsonl` and the 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import re
@@ -29,7 +30,9 @@ from omegaconf import OmegaConf as om
 
 from ..errors import CorruptFileError
 from ..integrity import checkpoint_problems, latest_intact
+from ..modes import FPhiTraining, repo_layer_ids
 from ..output import write_file
+from .config import f_phi_has_own_group
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,38 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         )
     if changed:
         log.warning("Resuming %s with settings changed since: %s", checkpoint, shown(changed))
+
+
+def check_optimizer_groups(cfg: TrainConfig) -> None:
+    """A `load_path` whose optimizer state is loaded (not `reset_optimizer_state`) must have this run's param
+    groups: f_phi's own (`f_phi_has_own_group`) or not, f_phi alone
+    (`f_phi.only`) or not; else one line saying so (OLMo's loader would fail on an assertion). A stage-1
+    checkpoint (no RePo layers) passes: its state is continued by parameter name (`olmo_repo.ai2olmo.stage1`)."""
+    if cfg.load_path is None or cfg.reset_optimizer_state or getattr(cfg, "f_phi", None) is None:
+        return
+    try:
+        saved = type(cfg).load(resource_path(cfg.load_path, "config.yaml"), validate_paths=False)
+    except FileNotFoundError:  # weights from elsewhere: no optimizer state of this project's
+        return
+    if not repo_layer_ids(saved.model):
+        return
+
+    def layout(f_phi: FPhiTraining) -> str:
+        own = f_phi_has_own_group(f_phi)
+        return f"{'a' if own else 'no'} param group of f_phi's own" + (
+            ", the rest frozen" if f_phi.only else ""
+        )
+
+    if layout(saved.f_phi) != layout(cfg.f_phi):
+        raise OLMoConfigurationError(
+            f"load_path={cfg.load_path} holds an optimizer state with {layout(saved.f_phi)} (f_phi: "
+            f"{_shown(saved.f_phi)}), this run's has {layout(cfg.f_phi)} (f_phi: {_shown(cfg.f_phi)}): pass "
+            "--reset_optimizer_state=true to start the optimizer fresh"
+        )
+
+
+def _shown(f_phi: FPhiTraining) -> str:
+    return ", ".join(f"{f.name}={_yaml(getattr(f_phi, f.name))}" for f in dataclasses.fields(f_phi))
 
 
 def _yaml(value: Any) -> str:

@@ -85,6 +85,7 @@ from .niah import check_entry, check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .registry import build_model
 from .run_folder import (
+    check_optimizer_groups,
     check_resumed_config,
     decided_on_rank0,
     earlier_start_here,
@@ -213,7 +214,8 @@ def _derive_settings(cfg: TrainConfig) -> None:
 
 def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
     """Point `cfg` at the latest checkpoint of this run (returned), checked against the config, if there is
-    one; then check that the files the load will read are intact."""
+    one; then check that the files the load will read are intact, and that its optimizer state has this run's
+    param groups."""
     resume_from = latest_checkpoint(cfg)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
@@ -221,6 +223,7 @@ def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
     check_load_path_files(cfg)
+    check_optimizer_groups(cfg)
     return resume_from
 
 

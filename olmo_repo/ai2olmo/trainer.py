@@ -25,6 +25,7 @@ from ..modes import POSITIONS_METRIC, FPhiTraining, index_blend, is_f_phi_param
 from ..rope import position_stats, repo_layers, set_index_blend
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import hold_group_settings, scheduled_lr, split_param_group
+from .config import f_phi_has_own_group
 from .preflight import is_unsharded
 from .stage1 import RepoCheckpointer
 
@@ -71,7 +72,7 @@ class RepoTrainer(Trainer):
     def __post_init__(self) -> None:
         super().__post_init__()
         f_phi = self.f_phi
-        if f_phi.lr_multiplier != 1.0 or f_phi.weight_decay is not None:
+        if f_phi_has_own_group(f_phi):
             groups = split_param_group(self.optim, is_f_phi_param, {F_PHI_GROUP: f_phi.lr_multiplier})
             if not groups and repo_layers(self.model):  # preflight refuses what leads here
                 raise OLMoConfigurationError(
