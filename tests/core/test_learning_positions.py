@@ -4,6 +4,7 @@ two-process kill and resume with them is in test_train.py."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -28,7 +29,7 @@ KNOBS = (
     "--f_phi.lr_multiplier=3",
     "--f_phi.weight_decay=0.01",  # the base's is 0.1, the embeddings' 0
     "--model.block.sequence_mixer.pe_blend_init=1.0",
-    "--model.block.sequence_mixer.pe_blend_steps=2",
+    "--model.block.sequence_mixer.pe_blend_steps=4",  # the step-2 checkpoint is mid-anneal: p = 0.5
 )
 
 
@@ -68,13 +69,11 @@ class BlendSeen(Callback):
         self._record()
 
 
-def test_blend_schedule_and_f_phi_group_through_a_run_and_its_resume(setup, tmp_path):
-    """p is the schedule's for the steps done, before each step (logged) and where in-loop evaluation runs;
-    f_phi's group has lr = the schedule's x 3 (exactly: its initial_lr x the schedule) and weight decay 0.01,
-    also once a resume has loaded the checkpoint's optimizer; a resume with other f_phi values is refused in
-    one line naming both."""
+@pytest.fixture(scope="module")
+def blended(setup, tmp_path_factory):
+    """A run of 3 steps from the base model with `KNOBS` (checkpoints at steps 0, 2, 3), and its trainer."""
     data, base = setup
-    run = tmp_path / "run"
+    run = tmp_path_factory.mktemp("blended") / "run"
     config = tiny_experiment(
         run, data, f"--load_path={base}", f"--trainer.max_duration.value={STEPS}", *KNOBS
     )
@@ -83,11 +82,19 @@ def test_blend_schedule_and_f_phi_group_through_a_run_and_its_resume(setup, tmp_
     trainer = _trainer(config)
     start(trainer, config)
     trainer.fit()
+    return run, config, trainer
 
-    assert trainer.callbacks["blend_seen"].seen == [index_blend(1.0, 2, s) for s in range(STEPS + 1)]
+
+def test_blend_schedule_and_f_phi_group_through_a_run_and_its_resume(setup, blended):
+    """p is the schedule's for the steps done, before each step (logged) and where in-loop evaluation runs;
+    f_phi's group has lr = the schedule's x 3 (exactly: its initial_lr x the schedule) and weight decay 0.01,
+    also once a resume has loaded the checkpoint's optimizer; a resume with other f_phi values is refused in
+    one line naming both."""
+    (data, base), (run, config, trainer) = setup, blended
+    assert trainer.callbacks["blend_seen"].seen == [index_blend(1.0, 4, s) for s in range(STEPS + 1)]
     logged, scheduler = metrics(run), config.train_module.scheduler
     for step in range(1, STEPS + 1):
-        blend = index_blend(1.0, 2, step - 1)  # the step under way has step - 1 done
+        blend = index_blend(1.0, 4, step - 1)  # the step under way has step - 1 done
         assert logged[step].get("train/positions/index_blend", 0.0) == blend, step
         lrs = [logged[step][f"optim/LR (group {g})"] for g in range(3)]  # embeddings, f_phi, the rest
         assert lrs == [scheduler.get_lr(initial, step, STEPS) for initial in (LR, 3 * LR, LR)], step
@@ -135,3 +142,41 @@ def test_f_phi_only_leaves_every_other_weight_bit_identical(setup, tmp_path):
     assert trained == {id(p) for n, p in model.named_parameters() if is_f_phi_param(n)} != set()
     for name in before:
         assert torch.equal(before[name], after[name]) != is_f_phi_param(name), name
+
+
+def test_a_checkpoint_saved_mid_anneal_scores_in_transformers_as_it_trained(blended, tmp_path):
+    """The step-2 checkpoint (p = 0.5 of a blend from 1 over 4 steps) converts to an HF config that scores with
+    pe_blend = 0.5 and records the schedule; transformers' logits are OLMo-core's at that p in fp32 (within the
+    rounding bound), not its p = 0 ones; back to OLMo-core the schedule comes with it (a new run starts it
+    again)."""
+    from transformers import AutoModelForCausalLM
+
+    import olmo_repo.hf  # noqa: F401  (registers the RePo models with the Auto classes)
+    from olmo_repo.olmocore import checkpoint
+    from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
+    from olmo_repo.rope import set_index_blend
+
+    from .tiny import assert_within, logit_roundings
+
+    run, config, _ = blended
+    step = run / "step2"
+    assert checkpoint.steps_done(step) == 2
+    hf_dir = core_to_hf(step, tmp_path / "hf")
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    assert (hf_config["pe_blend"], hf_config["pe_blend_init"], hf_config["pe_blend_steps"]) == (0.5, 1.0, 4)
+
+    model = checkpoint.load_model(step).eval()
+    ids = torch.randint(2, 4096, (2, 48))
+    with torch.no_grad():
+        set_index_blend(model, 0.5)
+        want = model(ids)
+        set_index_blend(model, 0.0)
+        learned = model(ids)
+        got = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)(ids).logits
+    roundings = 2 * logit_roundings(config.model, 48)
+    assert_within(got, want, roundings=roundings, what="logits at p = 0.5")
+    with pytest.raises(AssertionError):
+        assert_within(got, learned, roundings=roundings, what="logits at p = 0")
+
+    back = checkpoint.model_config(hf_to_core(hf_dir, tmp_path / "core")).block.sequence_mixer
+    assert (back.pe_blend_init, back.pe_blend_steps) == (1.0, 4)
