@@ -16,7 +16,10 @@ with these differences:
 - Stage-1 initialisation (`load_path`, when `save_folder` has no checkpoint) is strict
   (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
   continued for the base.
-- `train/positions/layer{i}/{min,max,std}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
+- The index blend's p set on every RePo layer before each step and before in-loop evaluation, and
+  `train/positions/layer{i}/{stat}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
+- The run's `f_phi` section (`RepoExperimentConfig`): f_phi's own optimizer group (an `OptimGroupOverride` beside
+  the config's), or every other weight frozen; checked before the run starts, and kept across a resume.
 - `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again); for a remote save
   folder, under the working directory (`MetricsFileCallback`).
 - SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
