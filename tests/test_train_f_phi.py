@@ -81,8 +81,8 @@ def test_lr_weight_decay_and_index_blend_hold_on_every_step_and_across_a_restore
         make_trainer(STAGE1, _overrides(data, run, **{"f_phi.weight_decay": "null"}), device)
     assert str(error.value) == (
         f"f_phi.weight_decay=null, but {run}/step3-unsharded was trained with f_phi.weight_decay=0.01: resume "
-        f"with --f_phi.weight_decay=0.01, or train the new value in a new --save_folder (--load_path={run}/"
-        "step3-unsharded --reset_optimizer_state=true to start from that checkpoint)"
+        f"with --f_phi.weight_decay=0.01, or train the new value in a new save folder (--load_path={run}/"
+        "step3-unsharded --reset_optimizer_state=true starts from that checkpoint)"
     )
 
     with make_trainer(STAGE1, _overrides(data, run), device) as trainer:  # resumes at step 3

@@ -114,12 +114,11 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in items.items())
 
     changed = decided_on_rank0(changes)
-    if f_phi := [k for k in changed if k.startswith("f_phi.")]:  # the optimizer state is of those values
-        key, (old, new) = f_phi[0], changed[f_phi[0]]
+    saved = {k.removeprefix("f_phi."): old for k, (old, _) in changed.items() if k.startswith("f_phi.")}
+    if problem := cfg.f_phi.resume_problem(dataclasses.replace(cfg.f_phi, **saved), checkpoint):
+        # the optimizer state is of the saved values
         raise OLMoConfigurationError(
-            f"{key}={_yaml(new)}, but {checkpoint} was trained with {key}={_yaml(old)}: resume with "
-            f"--{key}={_yaml(old)}, or train the new value in a new --save_folder (--load_path={checkpoint} "
-            "--reset_optimizer_state=true to start from that checkpoint)"
+            f"{problem} (--load_path={checkpoint} --reset_optimizer_state=true starts from that checkpoint)"
         )
     model = {k: v for k, v in changed.items() if k.startswith("model.") and k not in _MODEL_RUNTIME_KEYS}
     if model:

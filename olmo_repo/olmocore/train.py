@@ -269,13 +269,8 @@ def _check_resumed_f_phi(config: ExperimentConfig, checkpoint: Path) -> None:
         return
     recorded = dict(read_config(checkpoint).get("f_phi") or {})
     recorded.pop("_CLASS_", None)
-    theirs, ours = FPhiTraining(**recorded), f_phi_training(config)
-    if theirs != ours:
-        show = lambda f: ", ".join(f"f_phi.{k}={v}" for k, v in dataclasses.asdict(f).items())  # noqa: E731
-        raise RepoError(
-            f"{checkpoint / CONFIG} records {show(theirs)}, but this run has {show(ours)}: a resume keeps the "
-            "values it started with; pass the checkpoint's, or use a new --save-folder"
-        )
+    if problem := f_phi_training(config).resume_problem(FPhiTraining(**recorded), str(checkpoint)):
+        raise RepoError(problem)
 
 
 def _check_tokenizer(config: ExperimentConfig) -> None:
