@@ -212,7 +212,7 @@ class _RotateQK(torch.autograd.Function):
             return None, None, None, None, None, None
         z = _positions(positions, oq.shape[:-3])  # [B, H_kv, T]
         dz = torch.empty(z.shape, dtype=torch.float32, device=z.device) if need_pos else z
-        # A missing gradient's place is taken by the output (never read: HAS_GQ/HAS_GK off), as is an unasked one's.
+        # The outputs stand in for a missing gradient (never read: HAS_GQ/HAS_GK off) and an unasked one's result.
         gq_, gk_ = (o if g is None else _unit_stride(g) for g, o in ((gq, oq), (gk, ok)))
         dq = torch.empty(oq.shape, dtype=gq_.dtype, device=oq.device) if need_q else oq
         dk = torch.empty(ok.shape, dtype=gk_.dtype, device=ok.device) if need_k else ok
