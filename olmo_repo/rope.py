@@ -141,12 +141,14 @@ def _kernels(*tensors: Tensor) -> ModuleType | None:
     """`olmo_repo.kernels` if its kernels are to run on these tensors (`use_kernels`), else None: the torch code
     runs. None also inside torch.compile's tracing (it fuses the torch code itself; vLLM's compiled model), for
     dtypes or tensors the kernels do not take (`kernels.supports`), and where they do not import."""
-    if _kernels_where is False or (_kernels_where is None and not tensors[0].is_cuda):
-        return None
+    if _kernels_where is False or (_kernels_where is None and not tensors[0].is_cuda) or _compiling():
+        return None  # (asked before the import: a traced graph must not break, vLLM's is traced whole)
     kernels = _import_kernels()
-    if kernels is None or torch.compiler.is_compiling() or not kernels.supports(*tensors):
-        return None
-    return kernels
+    return kernels if kernels is not None and kernels.supports(*tensors) else None
+
+
+# torch.compiler.is_compiling (torch >= 2.3); a converted checkpoint may meet an older torch, which cannot trace.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 @functools.cache

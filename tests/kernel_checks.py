@@ -208,6 +208,19 @@ class Layer(RepoLayer, nn.Module):
         return inv_frequencies(HD, THETA, device), self.scale
 
 
+def test_traced_by_torch_compile_the_layer_runs_the_torch_code_in_one_graph():
+    """torch.compile's tracing (vLLM compiles its model whole, fullgraph) asks for no kernel and breaks no graph:
+    the torch code runs there, which inductor fuses."""
+    layer = Layer(2)
+    gen = torch.Generator().manual_seed(7)
+    x, q, k = randn(1, 5, D, gen=gen), randn(1, 4, 5, HD, gen=gen), randn(1, 2, 5, HD, gen=gen)
+    with use_kernels(True), torch.no_grad():
+        traced = torch.compile(layer.reposition, fullgraph=True, backend="eager")(x, q, k)
+        with use_kernels(False):
+            want = layer.reposition(x, q, k)
+    assert all(torch.equal(t, w) for t, w in zip(traced, want))
+
+
 def test_the_layer_runs_the_kernels_where_use_kernels_says():
     gen = torch.Generator().manual_seed(3)
     q, k, z = randn(1, 4, 3, HD, gen=gen), randn(1, 2, 3, HD, gen=gen), randn(1, 2, 3, gen=gen)
