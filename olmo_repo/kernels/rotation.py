@@ -156,6 +156,7 @@ def _strides(x: Tensor) -> tuple[int, int, int]:
 
 
 def _launch_shape(T: int, d: int, B: int, n_kv: int) -> dict:
+    """The grid (one program per batch row, key/value head and block of tokens) and the blocks of a launch."""
     block_d = triton.next_power_of_2(d // 2)
     block_t = min(triton.next_power_of_2(max(T, 1)), max(1, TILE // block_d))
     return {"grid": (B * n_kv * triton.cdiv(T, block_t),), "BLOCK_T": block_t, "BLOCK_D": block_d}
