@@ -151,7 +151,7 @@ def test_cli_overrides_and_saved_config_round_trip(tmp_path):
 
 
 BAD = [
-    (["model.pe_mode=cope"], "model.pe_mode", "expected one of [rope, nope, repo]"),
+    (["model.pe_mode=cope"], "model.pe_mode='cope'", "allowed: rope, nope, repo"),
     (["model.foo=1"], "model.foo", "not in 'RepoModelConfig'"),
     (["model.pe_mode=repo", "model.pe_start_layer=16"], "model.pe_start_layer=16", "allowed 0..15"),
     (["model.pe_mode=repo", "model.pe_start_layer=-1"], "model.pe_start_layer=-1", "allowed 0..15"),

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import (
 )
 
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
+from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
         )
     if fsdp:
         problems += _check_fsdp(cfg, world_size, local_world_size)
+    problems += _check_f_phi(cfg)
     if not cuda and cfg.model.init_device == "cuda":
         problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
     if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
@@ -193,6 +195,28 @@ def _check_fsdp(cfg: TrainConfig, world_size: int, local_world_size: int | None)
                 "--fsdp.hybrid_sharding_num_model_replicas, or --distributed_strategy=ddp"
             )
     return problems
+
+
+def _check_f_phi(cfg: TrainConfig) -> list[str]:
+    """The `f_phi` section (the rule set's checks, and what this trainer cannot do): FSDP without
+    `use_orig_params` flattens f_phi's weights with the others, so they can have no lr, weight decay or
+    `requires_grad` of their own."""
+    f_phi = getattr(cfg, "f_phi", None)
+    if f_phi is None:  # a stock TrainConfig
+        return []
+    try:
+        f_phi.check(has_repo=bool(repo_layer_ids(cfg.model)))
+    except ValueError as e:
+        return [str(e)]
+    own = [f"f_phi.only={str(f_phi.only).lower()}"] if f_phi.only else []
+    own += [f"f_phi.lr_multiplier={f_phi.lr_multiplier}"] if f_phi.lr_multiplier != 1.0 else []
+    own += [f"f_phi.weight_decay={f_phi.weight_decay}"] if f_phi.weight_decay is not None else []
+    if own and cfg.distributed_strategy == DistributedStrategy.fsdp and not cfg.fsdp.use_orig_params:
+        return [
+            f"{own[0]} needs --fsdp.use_orig_params=true (FSDP otherwise flattens f_phi's weights with the "
+            "others, which then share one learning rate, weight decay and requires_grad)"
+        ]
+    return []
 
 
 def _check_save_folders(cfg: TrainConfig) -> list[str]:
