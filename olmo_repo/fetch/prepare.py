@@ -202,12 +202,18 @@ def _ranks(tasks: int, nodes: int, node_rank: int) -> range:
 
 def _check_records(files: list[str], workers: int) -> None:
     """Every record of `files` (`inputs.record_problem`), on `workers` processes; the first problem in one line."""
-    if not files:
-        return
-    with ProcessPoolExecutor(max(1, min(workers, len(files)))) as pool:
-        for problem in pool.map(record_problem, files):
+    if workers == 1 or len(files) < 2:
+        problems = map(record_problem, files)
+    else:
+        pool = ProcessPoolExecutor(min(workers, len(files)))
+        problems = pool.map(record_problem, files)
+    try:
+        for problem in problems:
             if problem:
                 raise RepoError(problem)
+    finally:
+        if "pool" in locals():
+            pool.shutdown(cancel_futures=True)
 
 
 @dataclass(frozen=True)
@@ -456,7 +462,7 @@ class TaskShards:
             if out.size(name) != 4 * int(ends[-1]):
                 raise RuntimeError(f"{name}: {out.size(name)} bytes for {int(ends[-1])} tokens")
             part = f"part-{rank:05d}-{sub:05d}.npy"
-            starts = np.concatenate([[0], ends[:-1]])
+            starts = np.concatenate([np.zeros(1, dtype=ends.dtype), ends[:-1]])  # uint64: no float
             rows = "".join(f"{s},{e}\n" for s, e in zip(starts.tolist(), ends.tolist()))
             out.pipe_file(shard_documents_name(part), gzip.compress(rows.encode(), mtime=0))
             out.mv(name, part)
