@@ -111,13 +111,11 @@ def on_tokenized_text(config: ExperimentConfig, hf: Any, data_root: str) -> Expe
         bos_token_id=None if hf.bos_token_id == eos else hf.bos_token_id,
         identifier=f"{data_root}/tokenizer.json",
     )
-    config = on_data_root(config, data_root)
-    config.trainer.callbacks["niah"].tokenizer = config.dataset.tokenizer
-    return config
+    return on_data_root(config, data_root)
 
 
 def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train.npy") -> ExperimentConfig:
-    """`config` reading `data_root`, a local folder of one of the project's commands: a mix folder of
+    """`config` (and its in-loop NIAH) reading `data_root`, a local folder of one of the project's commands: a mix folder of
     `scripts/prepare_data.py --mix` (OLMo-core's source mixture of its `mix.json`: each source's shards, share
     and repetition, the mix's tokens, the loader's batch and seed), a data folder of `scripts/prepare_data.py`
     (the shards its `data.json` lists), else its file `default` (`scripts/tokenize_text.py`'s `train.npy`; the
@@ -152,14 +150,16 @@ def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train
             work_dir=dataset.work_dir,
         )
         tokenizer.identifier = f"{root}/{mix['tokenizer']}"
-        return config
-    if (Path(root) / datafolder.MANIFEST).is_file():
+    elif (Path(root) / datafolder.MANIFEST).is_file():
         data = datafolder.manifest(root)
         dataset.paths = datafolder.data_paths(root, data)
         tokenizer.identifier = f"{root}/{data['tokenizer']}"
     else:
         dataset.paths = [f"{root}/{default}"]
-    dataset.dtype = NumpyDatasetDType.uint32  # both commands'
+    config.dataset.dtype = NumpyDatasetDType.uint32  # both commands'
+    for callback in config.trainer.callbacks.values():  # in-loop NIAH's prompts: the data's tokenizer
+        if isinstance(callback, NiahCallbackConfig):
+            callback.tokenizer = tokenizer
     return config
 
 
