@@ -220,6 +220,11 @@ def test_a_mix_writes_a_folder_per_source_and_the_fragment_of_both_trainers(corp
         fragment["ai2_olmo"]["paths"] == shards["web"] * repeats["web"] + shards["papers"] * repeats["papers"]
     )
     assert fragment["tokenizer"] == "web/tokenizer.json" and fragment["eos_token_id"] == 0
+    from olmo_repo import RepoTrainConfig  # ai2-olmo reads the mix folder as its repeated paths
+
+    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    cfg = RepoTrainConfig.load(config, [f"data_prefix={out}", f"data.paths=[{out}]"])
+    assert cfg.data.paths == [f"{out}/{p}" for p in fragment["ai2_olmo"]["paths"]]
 
     kept = {p: p.stat().st_mtime_ns for p in out.glob("*/part-*.npy")}
     mix.write_text(mix.read_text().replace("0.75", "0.5").replace("0.25", "0.5"))
@@ -314,3 +319,33 @@ def test_datatrove_is_the_version_its_seam_was_written_against():
         "assert {n: source_hash(n) for n in d.CANARIES} == d.CANARIES, 're-read olmo_repo/upstream/datatrove.py'"
     )
     subprocess.run([str(DATA_PYTHON), "-c", check], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpus, tmp_path):
+    """`data.paths` naming a data folder or a mix folder stands for its shards (a mix's repeated), uint32; its
+    memmap dataset reads the shards' ids; the preflight compares each folder's recorded tokenizer."""
+    import numpy as np
+    from olmo.data import build_memmap_dataset
+
+    from olmo_repo import RepoTrainConfig
+    from olmo_repo.ai2olmo.preflight import _check_tokenizer
+
+    _, one, _ = corpus
+    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    overrides = [f"data_prefix={one}", f"data.paths=[{one}]", "data.memmap_dtype=uint16"]
+    cfg = RepoTrainConfig.load(config, overrides)
+    shards = [str(one / s["path"]) for s in json.loads((one / "data.json").read_text())["shards"]]
+    assert cfg.data.paths == shards and cfg.data.memmap_dtype == "uint32"
+    dataset = build_memmap_dataset(cfg, cfg.data)
+    first = np.fromfile(shards[0], dtype="<u4")[: cfg.model.max_sequence_length]
+    assert dataset[0]["input_ids"].tolist() == first.tolist()
+    assert _check_tokenizer(cfg) == []
+
+    other = tmp_path / "other.json"  # the demo's tokenizer with two tokens' ids swapped
+    data = json.loads((BASE_DIR / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    (a, i), (b, j) = list(vocab.items())[100:102]
+    vocab[a], vocab[b] = j, i
+    other.write_text(json.dumps(data))
+    problems = _check_tokenizer(RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"]))
+    assert len(problems) == 1 and f"{one} was made with another tokenizer" in problems[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from olmo.aliases import PathOrStr
@@ -21,7 +22,7 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError
 
-from .. import modes
+from .. import datafolder, modes
 from ..errors import not_a_key
 from ..modes import PositionMode, layer_modes, repo_layer_ids
 
@@ -159,6 +160,7 @@ class RepoTrainConfig(TrainConfig):
             prefix = config.data_prefix.rstrip("/")
             for data in [config.data] + [e.data for e in config.evaluators]:
                 _read_olmo_data_from(data, prefix)
+        _read_data_folders(config.data)
         return config
 
     @classmethod
@@ -184,6 +186,25 @@ def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
     )
     owner = getattr(cause.object_type, "__name__", "the config")
     return OLMoConfigurationError(not_a_key(prefix + name, fields, owner))
+
+
+def _read_data_folders(data: DataConfig) -> None:
+    """A `data.paths` entry that is a local folder of `scripts/prepare_data.py` stands for its shards: a data
+    folder's (its data.json), a mix folder's ai2-olmo paths (its mix.json: each source's shards repeated a whole
+    number of times); their ids are uint32 (`data.memmap_dtype`). Other paths are left as they are."""
+    paths: list[str] = []
+    for path in data.paths or []:
+        root = str(path).rstrip("/")
+        if (Path(root) / datafolder.MIX).is_file():
+            paths += datafolder.ai2_olmo_paths(root, datafolder.mix(root))
+        elif (Path(root) / datafolder.MANIFEST).is_file():
+            paths += datafolder.data_paths(root, datafolder.manifest(root))
+        else:
+            paths.append(path)
+            continue
+        data.memmap_dtype = "uint32"
+    if data.paths:
+        data.paths = paths
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:
