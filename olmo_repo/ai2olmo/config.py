@@ -197,7 +197,7 @@ def _read_data_folders(data: DataConfig) -> None:
         root = str(path).rstrip("/")
         if (Path(root) / datafolder.MIX).is_file():
             paths += datafolder.ai2_olmo_paths(root, datafolder.mix(root))
-        elif (Path(root) / datafolder.MANIFEST).is_file():
+        elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
             paths += datafolder.data_paths(root, datafolder.manifest(root))
         else:
             paths.append(path)

@@ -20,7 +20,7 @@ __all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "Inputs", "common_root", "recor
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
-_KINDS = "jsonl (.jsonl, .jsonl.gz, .jsonl.zst) or parquet (.parquet)"
+_JSONL, _PARQUET = "jsonl (.jsonl, .jsonl.gz, .jsonl.zst)", "parquet (.parquet)"
 TEXT = "text"
 
 
@@ -62,7 +62,7 @@ def resolve_inputs(inputs: list[str], flag: str = "input") -> Inputs:
         elif fs.isdir(path):
             found = {p: info for p, info in fs.find(path, detail=True).items() if _kind(p)}
             if not found:
-                raise RepoError(f"{flag} {given} is a folder with no {_KINDS} file")
+                raise RepoError(f"{flag} {given} is a folder with no {_JSONL} or {_PARQUET} file")
         else:
             found = {path: fs.info(path)}
         for name, info in sorted(found.items()):
@@ -70,7 +70,7 @@ def resolve_inputs(inputs: list[str], flag: str = "input") -> Inputs:
                 continue
             kind = _kind(name)
             if kind is None:
-                raise RepoError(f"{flag} {unstrip(name)} is neither {_KINDS}")
+                raise RepoError(f"{flag} {unstrip(name)} is neither {_JSONL} nor {_PARQUET}")
             if not info.get("size"):
                 raise RepoError(f"{flag} {unstrip(name)} is empty")
             (jsonl if kind == "jsonl" else parquet).add(unstrip(name))

@@ -40,7 +40,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..datafolder import DATA_FORMAT, MANIFEST, TOKENIZER, shard_documents_name
+from ..datafolder import DATA_FORMAT, MANIFEST, STATE, TOKENIZER, shard_documents_name
 from ..errors import RepoError
 from ..output import write_file
 from .inputs import Inputs, common_root, record_problem, resolve_inputs
@@ -65,8 +65,6 @@ __all__ = [
 
 SHARD_TOKENS = 1 << 29
 """Tokens per shard by default (2 GiB of uint32; a shard may exceed it by its last document)."""
-STATE = ".prepare"
-"""The folder in OUTPUT that holds a run's state: settings, input lists, datatrove's logs and completions."""
 SEED = 0  # datatrove's shuffle of each task's documents: the same input gives the same shards
 _OURS = (MANIFEST, TOKENIZER, STATE)
 

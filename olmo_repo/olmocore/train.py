@@ -150,7 +150,7 @@ def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train
             work_dir=dataset.work_dir,
         )
         tokenizer.identifier = f"{root}/{mix['tokenizer']}"
-    elif (Path(root) / datafolder.MANIFEST).is_file():
+    elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
         data = datafolder.manifest(root)
         dataset.paths = datafolder.data_paths(root, data)
         tokenizer.identifier = f"{root}/{data['tokenizer']}"
@@ -292,10 +292,9 @@ def _check_data_folders(config: ExperimentConfig) -> None:
     and made with the model's tokenizer: the tokenizer.json it records has the ids of the checkpoint's (of
     `dataset.tokenizer.identifier` without a local `load_path`), its end id is the dataset tokenizer's, and the
     model embeds its vocabulary (`olmo_repo.vocab`). `RepoError` naming the folder."""
-    folders = {}
-    for path in _data_paths(config.dataset):
-        if not is_url(path) and (Path(path).parent / ".prepare").is_dir():
-            folders.setdefault(Path(path).parent, None)
+    folders = dict.fromkeys(
+        f for p in _data_paths(config.dataset) if not is_url(p) and (f := datafolder.folder_of(p))
+    )
     theirs, of = Path(config.dataset.tokenizer.identifier), "dataset.tokenizer.identifier"
     if (
         config.load_path
