@@ -31,6 +31,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -67,6 +68,8 @@ SHARD_TOKENS = 1 << 29
 """Tokens per shard by default (2 GiB of uint32; a shard may exceed it by its last document)."""
 SEED = 0  # datatrove's shuffle of each task's documents: the same input gives the same shards
 _OURS = (MANIFEST, TOKENIZER, STATE)
+# The shards and, while a task runs (or after it was killed), datatrove's names for them.
+_OUR_FILE = re.compile(r"part-\d{5}-\d{5}\.(npy|csv\.gz)|\d{5}_\d{5}_doc_shuffled\.ds(\.index)?")
 
 
 @dataclass(frozen=True)
@@ -151,9 +154,7 @@ def _check_output(out: DataFolder, settings: Settings) -> None:
     if not out.isdir(""):
         raise RepoError(f"--output {out.path} is a file, not a folder")
     names = sorted(Path(p.rstrip("/")).name for p in out.ls("", detail=False))
-    foreign = [
-        n for n in names if n not in _OURS and not (n.startswith("part-") and n.endswith((".npy", ".gz")))
-    ]
+    foreign = [n for n in names if n not in _OURS and not _OUR_FILE.fullmatch(n)]
     if foreign:
         raise RepoError(
             f"--output {out.path} holds files this command does not write ({', '.join(foreign[:5])}): choose "
@@ -226,6 +227,7 @@ class Plan:
     ranks: range
     todo: list[int]
     workers: int
+    work: str
     progress: bool
 
 
@@ -262,9 +264,8 @@ def plan(
     todo = [r for r in ranks if not _done(out, r)]
     workers = workers or os.cpu_count() or 1
     _check_records([f for r in todo for f in files.files[r::tasks]], workers)
-    return Plan(
-        output.rstrip("/"), common_root(files.files), files, model, settings, ranks, todo, workers, progress
-    )
+    root, work = common_root(files.files), _work(out, nodes)
+    return Plan(output.rstrip("/"), root, files, model, settings, ranks, todo, workers, work, progress)
 
 
 def execute(plan: Plan) -> None:
@@ -305,8 +306,7 @@ def _run(out: DataFolder, plan: Plan) -> None:
 
     from ..upstream.datatrove import ModelTokenizer
 
-    files, model, settings, ranks = plan.files, plan.model, plan.settings, plan.ranks
-    work = Path(out.resolve_paths(f"{STATE}/work")) if out.is_local() else Path(_local_work(out))
+    files, model, settings, ranks, work = plan.files, plan.model, plan.settings, plan.ranks, Path(plan.work)
     readers = [  # task r reads files[r::tasks] of the jsonl files, then the parquet ones (one list)
         Shifted(
             reader(plan.root, paths_file=out.resolve_paths(f"{STATE}/{kind}.txt"), text_key="text"), shift
@@ -332,20 +332,24 @@ def _run(out: DataFolder, plan: Plan) -> None:
         local_rank_offset=ranks.start,
     )
     work.mkdir(parents=True, exist_ok=True)
-    with _stderr_to(work.parent / "run.log" if out.is_local() else work / "run.log") as terminal:
+    with _stderr_to(work / "run.log") as terminal:
         with _progress(out, work, ranks, terminal, plan.progress):
             try:
                 executor.run()
             except Exception as e:
-                log = out.resolve_paths(f"{STATE}/logs/logs")
+                said = (str(e).strip().splitlines() or [""])[0]
                 raise RepoError(
-                    f"a task failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
-                    f"its log is in {log}; the finished tasks are kept: rerun to continue"
+                    f"a task failed ({type(e).__name__}: {said}); its log is in "
+                    f"{out.resolve_paths(f'{STATE}/logs/logs')}; the finished tasks are kept: rerun to continue"
                 ) from None
 
 
-def _local_work(out: DataFolder) -> str:
-    """A local working folder for a remote OUTPUT (datatrove shuffles each task's documents there)."""
+def _work(out: DataFolder, nodes: int) -> str:
+    """Where datatrove writes a task's documents before it shuffles them into shards (random reads: a local
+    disk): in the output's state when it is a local folder of one machine, else in this machine's temporary
+    folder (one per output)."""
+    if out.is_local() and nodes == 1:
+        return out.resolve_paths(f"{STATE}/work")
     import tempfile
 
     name = hashlib.sha256(out.resolve_paths("").encode()).hexdigest()[:16]
@@ -379,15 +383,19 @@ def _progress(out: DataFolder, work: Path, ranks: range, terminal: Any, enabled:
 
     stop = threading.Event()
 
+    done: dict[str, int] = {}  # a finished task's record -> its tokens (read once; one listing a poll)
+    mine = {f"{r:05d}.json" for r in ranks}
+
     def tokens() -> int:
-        done = sum(
-            s["tokens"]
-            for r in ranks
-            if out.isfile(f"{STATE}/shards/{r:05d}.json")
-            for s in _read_json(out, f"{STATE}/shards/{r:05d}.json")
+        records = (
+            {Path(p).name for p in out.ls(f"{STATE}/shards", detail=False)}
+            if out.exists(f"{STATE}/shards")
+            else set()
         )
-        growing = sum(p.stat().st_size for p in work.glob("*_unshuffled.ds") if p.exists()) // 4
-        return done + growing
+        for name in (records & mine) - done.keys():
+            done[name] = sum(s["tokens"] for s in _read_json(out, f"{STATE}/shards/{name}"))
+        growing = sum(p.stat().st_size for r in ranks for p in work.glob(f"{r:05d}_unshuffled.ds")) // 4
+        return sum(done.values()) + growing
 
     def poll() -> None:
         start = tokens()
