@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from olmo.aliases import PathOrStr
@@ -25,7 +26,7 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from .. import modes
+from .. import datafolder, modes
 from ..errors import not_a_key
 from ..modes import FPhiTraining, PositionKeys, PositionMode, layer_modes, repo_layer_ids
 
@@ -171,6 +172,7 @@ class RepoTrainConfig(TrainConfig):
             prefix = config.data_prefix.rstrip("/")
             for data in [config.data] + [e.data for e in config.evaluators]:
                 _read_olmo_data_from(data, prefix)
+        _read_data_folders(config.data)
         return config
 
     @classmethod
@@ -207,6 +209,25 @@ def _one_line_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
     )
     owner = getattr(cause.object_type, "__name__", "the config")
     return OLMoConfigurationError(not_a_key(prefix + name, fields, owner))
+
+
+def _read_data_folders(data: DataConfig) -> None:
+    """A `data.paths` entry that is a local folder of `scripts/prepare_data.py` stands for its shards: a data
+    folder's (its data.json), a mix folder's ai2-olmo paths (its mix.json: each source's shards repeated a whole
+    number of times); their ids are uint32 (`data.memmap_dtype`). Other paths are left as they are."""
+    paths: list[str] = []
+    for path in data.paths or []:
+        root = str(path).rstrip("/")
+        if (Path(root) / datafolder.MIX).is_file():
+            paths += datafolder.ai2_olmo_paths(root, datafolder.mix(root))
+        elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
+            paths += datafolder.data_paths(root, datafolder.manifest(root))
+        else:
+            paths.append(path)
+            continue
+        data.memmap_dtype = "uint32"
+    if data.paths:
+        data.paths = paths
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:

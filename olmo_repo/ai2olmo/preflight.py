@@ -33,9 +33,11 @@ from torch.distributed.fsdp import (
     ShardingStrategy,
 )
 
+from .. import datafolder
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
+from ..vocab import vocabulary_difference
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +137,8 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
 
 
 def _check_tokenizer(cfg: TrainConfig) -> list[str]:
-    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise)."""
+    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise), and every
+    data folder of `scripts/prepare_data.py` that `data.paths` reads was made with it and the model's end id."""
     path = Path(cfg.tokenizer.identifier)
     if not path.is_file():  # a Hugging Face Hub name, which OLMo fetches
         return []
@@ -145,7 +148,17 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
         Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for a file that is not one
         return [f"tokenizer.identifier={path} is not a tokenizer file ({e}): pass a tokenizer.json"]
-    return []
+    problems = []
+    for folder in dict.fromkeys(f for p in cfg.data.paths or [] if (f := datafolder.folder_of(p))):
+        data = datafolder.manifest(folder)
+        fix = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
+        if data["eos_token_id"] != cfg.model.eos_token_id:
+            problems.append(f"{folder} ends documents with id {data['eos_token_id']}, but model.eos_token_id="
+                            f"{cfg.model.eos_token_id}: {fix}")  # fmt: skip
+        elif difference := vocabulary_difference(folder / data["tokenizer"], path):
+            problems.append(f"{folder} was made with another tokenizer than tokenizer.identifier={path} "
+                            f"({difference}): {fix}")  # fmt: skip
+    return problems
 
 
 # Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).

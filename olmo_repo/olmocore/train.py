@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import torch
-from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, TokenizerConfig
+from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, NumpyFSLDatasetConfig, TokenizerConfig
+from olmo_core.data.source_mixture import SourceMixtureConfig, SourceMixtureDatasetConfig, SourceMixtureList
 from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
@@ -56,6 +57,7 @@ from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment,
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 
+from .. import datafolder
 from ..errors import RepoError, not_a_key
 from ..metrics import append_metrics, trim_metrics
 from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param
@@ -76,6 +78,7 @@ __all__ = [
     "build_trainer",
     "check_experiment",
     "load_build_config",
+    "on_data_root",
     "on_tokenized_text",
     "work_dir",
     "run",
@@ -132,30 +135,78 @@ def load_build_config(path: str | Path) -> BuildConfig:
 
 
 def on_tokenized_text(config: ExperimentConfig, hf: Any, data_root: str) -> ExperimentConfig:
-    """`config` (a recipe) reading `data_root`'s `train.npy` and `tokenizer.json`, the token files that
-    `scripts/tokenize_text.py` makes with a model's own tokenizer (`olmo_repo.fetch.tokens`), for the model of the
-    HF config `hf`: the dataset's and the in-loop NIAH's tokenizer are that model's (its vocabulary; its end id,
-    the first where it lists several; its padding id, or the end id where it has none; its start id where it
-    differs from the end id), what the data-tokenizer check compares with the checkpoint's. Changed in place."""
+    """`config` (a recipe) reading the data of `data_root` (`on_data_root`) for the model of the HF config `hf`:
+    the dataset's and the in-loop NIAH's tokenizer are that model's (its vocabulary; its end id, the first where it
+    lists several; its padding id, or the end id where it has none; its start id where it differs from the end
+    id), what the data-tokenizer check compares with the checkpoint's. Changed in place."""
     eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
-    tokenizer = TokenizerConfig(
+    config.dataset.tokenizer = TokenizerConfig(
         vocab_size=hf.vocab_size,
         eos_token_id=eos,
         pad_token_id=eos if hf.pad_token_id is None else hf.pad_token_id,
         bos_token_id=None if hf.bos_token_id == eos else hf.bos_token_id,
         identifier=f"{data_root}/tokenizer.json",
     )
-    config.dataset.paths = [f"{data_root}/train.npy"]  # fetch.tokens.TOKENS_FILE (a sibling layer)
-    config.dataset.dtype = NumpyDatasetDType.uint32  # tokenize_text.py's
-    config.dataset.tokenizer = tokenizer
-    config.trainer.callbacks["niah"].tokenizer = tokenizer
+    return on_data_root(config, data_root)
+
+
+def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train.npy") -> ExperimentConfig:
+    """`config` (and its in-loop NIAH) reading `data_root`, a local folder of one of the project's commands: a mix folder of
+    `scripts/prepare_data.py --mix` (OLMo-core's source mixture of its `mix.json`: each source's shards, share
+    and repetition, the mix's tokens, the loader's batch and seed), a data folder of `scripts/prepare_data.py`
+    (the shards its `data.json` lists), else its file `default` (`scripts/tokenize_text.py`'s `train.npy`; the
+    demo's `stage2.npy`); uint32 ids, and the tokenizer.json recorded there as the dataset tokenizer's
+    identifier. Changed in place."""
+    root = data_root.rstrip("/")
+    dataset = config.dataset
+    tokenizer = dataset.tokenizer
+    if (Path(root) / datafolder.MIX).is_file():
+        mix = datafolder.mix(root)
+        sources = [
+            SourceMixtureConfig(
+                source_name=s["source_name"],
+                target_ratio=s["target_ratio"],
+                paths=[f"{root}/{p}" for p in s["paths"]],
+                max_repetition_ratio=s["max_repetition_ratio"],
+            )
+            for s in mix["sources"]
+        ]
+        requested = mix["tokens"] or sum(s["tokens"] * s["ai2_olmo_repeat"] for s in mix["sources"])
+        config.dataset = NumpyFSLDatasetConfig.from_src_mix(
+            SourceMixtureDatasetConfig(
+                source_list=SourceMixtureList(sources=sources),
+                requested_tokens=requested,
+                global_batch_size=config.data_loader.global_batch_size,
+                seed=config.data_loader.seed,
+                render_tables=False,
+            ),
+            sequence_length=dataset.sequence_length,
+            tokenizer=tokenizer,
+            dtype=NumpyDatasetDType.uint32,
+            work_dir=dataset.work_dir,
+        )
+        tokenizer.identifier = f"{root}/{mix['tokenizer']}"
+    elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
+        data = datafolder.manifest(root)
+        dataset.paths = datafolder.data_paths(root, data)
+        tokenizer.identifier = f"{root}/{data['tokenizer']}"
+    else:
+        dataset.paths = [f"{root}/{default}"]
+    config.dataset.dtype = NumpyDatasetDType.uint32  # both commands'
+    for callback in config.trainer.callbacks.values():  # in-loop NIAH's prompts: the data's tokenizer
+        if isinstance(callback, NiahCallbackConfig):
+            callback.tokenizer = tokenizer
     return config
 
 
 def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
+    """The data files a dataset reads: its paths, or every source's of its source mixture (a named mix's are
+    OLMo-core's own)."""
     paths = list(getattr(dataset, "paths", None) or [])
-    mix = getattr(dataset, "mix", None)
-    return [] if mix is not None else [str(p) for p in paths]
+    mixture = getattr(dataset, "source_mixture_config", None)
+    if mixture is not None:
+        paths = [p for source in mixture.source_list.sources for p in source.paths]
+    return [] if getattr(dataset, "mix", None) is not None else [str(p) for p in paths]
 
 
 _BUCKETS = ("s3", "r2", "weka", "gs")  # the object stores of olmo_core.io
@@ -230,6 +281,7 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
     if config.load_path and not is_url(config.load_path):
         check_stage1(config.load_path, model)
     _check_tokenizer(config)
+    _check_data_folders(config)
     for callback in niah:  # one prompt per variant with the tokenizer checked above: a haystack too long
         callback.check_prompts_fit(config.train_module.max_sequence_length)
     if (
@@ -305,6 +357,45 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
             f"dataset.tokenizer.identifier={ours} is not the tokenizer of load_path={config.load_path} "
             f"({theirs}: {difference}): {fix}"
         )
+
+
+def _check_data_folders(config: ExperimentConfig) -> None:
+    """Every data folder of `scripts/prepare_data.py` that the dataset reads (each source's of a mix) is finished
+    and made with the model's tokenizer: the tokenizer.json it records has the ids of the checkpoint's (of
+    `dataset.tokenizer.identifier` without a local `load_path`), its end id is the dataset tokenizer's, and the
+    model embeds its vocabulary (`olmo_repo.vocab`). `RepoError` naming the folder."""
+    folders = dict.fromkeys(
+        f for p in _data_paths(config.dataset) if not is_url(p) and (f := datafolder.folder_of(p))
+    )
+    theirs, of = Path(config.dataset.tokenizer.identifier), "dataset.tokenizer.identifier"
+    if (
+        config.load_path
+        and not is_url(config.load_path)
+        and (Path(config.load_path) / "config.json").is_file()
+    ):
+        recorded = (read_config(config.load_path).get("dataset") or {}).get("tokenizer") or {}
+        if recorded.get("identifier"):
+            theirs, of = Path(recorded["identifier"]), f"load_path={config.load_path}"
+    for folder in folders:
+        data = datafolder.manifest(folder)
+        made, fix = (
+            folder / data["tokenizer"],
+            "make it with the model's tokenizer (scripts/prepare_data.py --model)",
+        )
+        if data["eos_token_id"] != config.dataset.tokenizer.eos_token_id:
+            raise RepoError(
+                f"{folder} ends documents with id {data['eos_token_id']}, but dataset.tokenizer.eos_token_id="
+                f"{config.dataset.tokenizer.eos_token_id}: {fix}"
+            )
+        if data["vocab_size"] > config.model.vocab_size:
+            raise RepoError(
+                f"{folder} was made with a tokenizer of {data['vocab_size']} tokens, more than model.vocab_size="
+                f"{config.model.vocab_size}: {fix}"
+            )
+        if theirs.is_file() and (difference := vocabulary_difference(made, theirs)):
+            raise RepoError(
+                f"{folder} was made with {made}, not the tokenizer of {of} ({theirs}: {difference}): {fix}"
+            )
 
 
 @dataclass
