@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "scripts/demo.py"
 KILLED = ROOT / "tests/demo_killed.py"
 ARGS = ["--steps", "2", "2", "--procs", "1", "--samples", "1"]  # the sizes of tests/test_demo.py, one prompt
-TRAINING = ["stage1-rope", "stage2-rope", "stage2-repo", "stage2-nope"]
+TRAINING = ["stage1-rope", "stage2-rope", "stage2-repo", "stage2-repo-learn", "stage2-nope"]
 HF = [f"{name}-hf" for name in TRAINING[1:]]
 STAGES = ["base", "corpus", *TRAINING, "curves", *HF, "evaluation"]  # in the order the demo runs them
 

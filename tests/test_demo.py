@@ -25,7 +25,7 @@ from olmo_repo.errors import CorruptFileError, RepoError
 from .conftest import ROOT
 
 DEMO = ROOT / "scripts/demo.py"
-CONFIGS = ("base-rope", "stage1-rope", "stage2-nope", "stage2-repo", "stage2-rope")
+CONFIGS = ("base-rope", "stage1-rope", "stage2-nope", "stage2-repo", "stage2-repo-learn", "stage2-rope")
 
 
 def test_help_explains_the_folder_and_starts_nothing(tmp_path):

@@ -28,6 +28,11 @@ def test_a_finished_demo_has_every_section(finished_demo):
         run
     ) in TRAINING:  # evaluations before and after the steps, each step's calls merged: one record per step
         assert [r["step"] for r in read_metrics(finished_demo / run / METRICS_FILE)] == [0, 1, 2], run
+    # The learning arm: its RePo layers start as RoPE (p = 1) and hand over (p falls by 1/100 a step) while f_phi
+    # learns at 10x; the report names it in every table.
+    learning = read_metrics(finished_demo / "stage2-repo-learn" / METRICS_FILE)
+    assert [r.get("train/positions/index_blend") for r in learning if r["step"]] == [1.0, 0.99]
+    assert "RePo, learning" in (finished_demo / "report.md").read_text()
 
 
 def test_a_rerun_of_a_finished_demo_changes_nothing_and_says_what_it_skipped(finished_demo, tmp_path):

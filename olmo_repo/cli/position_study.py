@@ -17,14 +17,14 @@ _EPILOG = """\
 Two parts, each a resumable stage of OUT_DIR (a kill loses at most the model or run under way; rerun the same
 command to continue):
 
-1. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
-   distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
-   models at a time, one core each; olmo_repo.study.retrieval);
-2. SmolLM2-135M continued through the recipe (scripts/smollm2_recipe.py) in OUT_DIR/smollm2, with the study's
+1. SmolLM2-135M continued through the recipe (scripts/smollm2_recipe.py) in OUT_DIR/smollm2, with the study's
    arms: the paper's RePo; f_phi's learning rate x30 and x240; the index blend's warm start at the paper's lr
    and with x240; f_phi alone at x240; NoPE in RePo's layers; RoPE. Held-out loss at step 0 and the end (the
    RePo arms also with their positions replaced by the token index and by one constant), the positions' spread
-   and order per layer, NIAH before and after with Wilson intervals.
+   and order per layer, NIAH before and after with Wilson intervals;
+2. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
+   distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
+   models at a time, one core each; olmo_repo.study.retrieval).
 
 OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at. About three hours of
 a quiet 2-core machine. Run it in the OLMo-core environment (make install-core), from a checkout:

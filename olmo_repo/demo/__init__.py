@@ -23,7 +23,7 @@ BASE_DIR = Path(__file__).resolve().parent / "base_model"
 """The shipped tiny base model that `make demo` starts from (HF, bf16, with its tokenizer)."""
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
-"""The demo's training configs, `tiny-{base-rope,stage1-rope,stage2-repo,stage2-rope}.yaml`."""
+"""The demo's training configs, `tiny-{base-rope,stage1-rope,stage2-rope,stage2-repo,stage2-repo-learn,stage2-nope}.yaml`."""
 
 
 PROCS = 2
@@ -39,5 +39,5 @@ SPECIALS = ("<|endoftext|>", "<|pad|>")
 
 
 def config_path(name: str) -> Path:
-    """The shipped config `tiny-{name}.yaml` (name: base-rope, stage1-rope, stage2-repo or stage2-rope)."""
+    """The shipped config `tiny-{name}.yaml` (name: base-rope, stage1-rope or one of `run.STAGE2`'s)."""
     return CONFIGS_DIR / f"tiny-{name}.yaml"

@@ -6,12 +6,14 @@
    generator the evaluation uses, with other seeds), short retrieval practice, stories
    (`olmo_repo.demo.corpus`), as many training windows as the steps read.
 2. Continues the base with RoPE on the corpus ("stage 1", `tiny-stage1-rope.yaml`, a fresh optimizer).
-3. Continues the stage-1 checkpoint, with its optimizer state, as the released recipe does ("stage 2"), three
+3. Continues the stage-1 checkpoint, with its optimizer state, as the released recipe does ("stage 2"), four
    times on the same batches: RoPE, RePo on the layers the paper's rule picks, and NoPE on the same layers
-   (the control: RePo's layers without rotation), the paper's three rows (`tiny-stage2-{rope,repo,nope}.yaml`).
+   (the control: RePo's layers without rotation), the paper's three rows (`tiny-stage2-{rope,repo,nope}.yaml`),
+   and RePo set up to learn its positions at this scale (`tiny-stage2-repo-learn.yaml`: its layers start as the
+   RoPE layers they replace and hand over to f_phi, which learns at 10x the schedule's rate).
    Every run evaluates in-loop NIAH (`olmo_repo.ai2olmo.niah`, every variant, teacher-forced) when it loads its
    start and every `eval_interval` steps.
-4. Plots the in-loop NIAH curves, converts the three stage-2 models to HF and evaluates them: NIAH at the
+4. Plots the in-loop NIAH curves, converts the four stage-2 models to HF and evaluates them: NIAH at the
    training length and at 2x and 4x with YaRN for the variants the corpus holds ("seen") and the others
    ("held out"), attention mass, learned positions, training FLOPs (`olmo_repo.eval.report`).
 
@@ -48,8 +50,14 @@ from .training import RunResult, latest_checkpoint, niah_curves, run_training, s
 
 __all__ = ["STAGE2", "run_demo", "separation"]
 
-STAGE2 = {"RoPE": "stage2-rope", "RePo": "stage2-repo", "NoPE": "stage2-nope"}
-"""The stage-2 runs (the paper's three rows), by the name the report gives their models."""
+STAGE2 = {
+    "RoPE": "stage2-rope",
+    "RePo": "stage2-repo",
+    "RePo, learning": "stage2-repo-learn",
+    "NoPE": "stage2-nope",
+}
+"""The stage-2 runs, by the name the report gives their models: the paper's three rows, and RePo set up to learn
+its positions in 200 steps (the index blend's warm start and f_phi's own learning rate)."""
 
 TRAINING = ["stage1-rope", *STAGE2.values()]
 
@@ -80,7 +88,7 @@ def run_demo(
     steps: tuple[int, int] | None = None,
 ) -> list[RunResult]:
     """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
-    corpus, stage 1, the three stage-2 runs, their in-loop curves, their HF conversions and the evaluation
+    corpus, stage 1, the four stage-2 runs, their in-loop curves, their HF conversions and the evaluation
     (`samples` NIAH prompts per variant and length), with `report.md`; `procs` training processes per run;
     `steps`: the lengths of stage 1 and stage 2 (default: the configs'). A refused folder or a damaged base
     model raises `RepoError` before anything is written; an interrupted demo resumes where it stopped."""
@@ -401,6 +409,7 @@ def _preamble(results: list[RunResult]) -> str:
     base = _config("base-rope")
     model = base.model
     repo = _config("stage2-repo").model
+    learn, learn_f_phi = _config("stage2-repo-learn").model, _config("stage2-repo-learn").f_phi
     return (
         "# `make demo`: tiny RePo against RoPE and NoPE\n\n"
         f"A tiny OLMo-2-shaped model (d_model {model.d_model}, {model.n_layers} layers"
@@ -408,6 +417,9 @@ def _preamble(results: list[RunResult]) -> str:
         f"{model.vocab_size:,}-token BPE): the shipped base model (`olmo_repo/demo/base_model/`, "
         f"{base.max_duration:,} steps of RoPE pre-training, built by `make demo-base`) continued with RoPE "
         f"(stage 1), then continued from that checkpoint with RoPE, with RePo on {_layers(repo_layer_ids(repo))} "
+        f'as the paper runs it, with RePo set up to learn its positions in so few steps ("RePo, learning": its '
+        f"layers start as the RoPE layers they replace, p = {learn.pe_blend_init:g} of the index blend falling to 0 by "
+        f"step {learn.pe_blend_steps}, and f_phi learns at {learn_f_phi.lr_multiplier:g}x the schedule's rate), "
         f"and with NoPE on the same layers (stage 2), on a generated corpus with RULER NIAH documents "
         f'({", ".join(NIAH_VARIANTS)}: the "seen" variants; seeds the evaluation does not use), short retrieval '
         f"practice and stories.\n\n## Training\n\n"

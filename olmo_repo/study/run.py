@@ -1,8 +1,8 @@
 """The study's command: its parts as resumable stages of one folder, and its report.
 
-1. scratch   `retrieval`'s RoPE, NoPE and RePo from scratch, each seed (`scratch.run_scratch`: two models at a time)
-2. smollm2   the SmolLM2 recipe with the study's arms (`recipe.STUDY_ARMS`), in `smollm2/` (the recipe's own
+1. smollm2   the SmolLM2 recipe with the study's arms (`recipe.STUDY_ARMS`), in `smollm2/` (the recipe's own
              stages: a rerun resumes it where it stopped)
+2. scratch   `retrieval`'s RoPE, NoPE and RePo from scratch, each seed (`scratch.run_scratch`: two models at a time)
 
 `report.md` gathers both, with when, where and on what load each part ran: the study's figures are
 measurements of one machine, and a figure without its conditions is not one.
@@ -47,11 +47,11 @@ def run_study(out: Path, study: Study = Study()) -> Path:
     """Run (or resume) the study into `out`; returns its report.md."""
     folder = DemoFolder(out, "study", "its tiny models, SmolLM2 runs and report")
     conditions = _Conditions(folder)
-    with conditions.part("scratch", folder.path):
-        results = run_scratch(folder, study.scratch, study.seeds)
-    report = _report(folder, study, results, conditions)
     with conditions.part("smollm2", folder.entry("smollm2")):
         run_recipe(folder.path / "smollm2", study.recipe())
+    _report(folder, study, {}, conditions)
+    with conditions.part("scratch", folder.path):
+        results = run_scratch(folder, study.scratch, study.seeds)
     report = _report(folder, study, results, conditions)
     print(f"\nstudy report: {report}")
     return report
@@ -126,9 +126,9 @@ def _report(folder: DemoFolder, study: Study, results: dict, conditions: _Condit
         "# Learning positions on one machine: the study\n",
         "Options: " + json.dumps({k: v for k, v in asdict(study).items() if k != "scratch"}) + "\n",
         "## Where and when\n\n" + conditions.text() + "\n",
-        scratch_section(results, study.scratch, study.seeds),
         "## SmolLM2-135M continued: the arms\n\n"
         + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(running...)\n"),
+        scratch_section(results, study.scratch, study.seeds) if results else "## From scratch\n\n(to come)\n",
     ]
     folder.write_text("report.md", "\n".join(parts))
     return folder.path / "report.md"
