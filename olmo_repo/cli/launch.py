@@ -11,10 +11,12 @@ with the same arguments, each running the command's module. `--check` runs the c
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable
 
+from ..ownership import LAUNCHER_PID
 from . import fail, positive_int, run
 
 __all__ = ["add_arguments", "launched", "worker_args"]
@@ -93,6 +95,7 @@ def _torchrun(prog: str, module: str, nproc: int, args: list[str]) -> int:
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as torchrun
 
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers die with this process (olmo_repo.ownership)
     try:
         torchrun(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", module, *args]))
     except ChildFailedError as e:

@@ -54,6 +54,7 @@ from olmo_core.utils import seed_all
 
 from ..errors import RepoError, not_a_key
 from ..metrics import append_metrics, trim_metrics
+from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
 from ..rope import position_stats
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
@@ -129,7 +130,7 @@ def _is_run(folder: Path) -> bool:
     """Whether `folder` holds what a run writes first: its data order, metrics or a checkpoint (a rerun resumes
     it); a folder of other files is not trained over."""
     return any(
-        p.name == "metrics.jsonl" or re.fullmatch(r"step\d+|global_indices_.*\.npy", p.name)
+        p.name in ("metrics.jsonl", LOCK_FILE) or re.fullmatch(r"step\d+|global_indices_.*\.npy", p.name)
         for p in folder.iterdir()
     )
 
@@ -177,6 +178,7 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
             f"--save-folder={save} holds {', '.join(theirs[:3])}{' ...' if len(theirs) > 3 else ''} but no run "
             "(no metrics.jsonl, stepN/ or global_indices_*.npy): use a new or empty folder"
         )
+    check_free(save, "--save-folder")  # before anything below touches the folder
     model = config.model
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
@@ -341,22 +343,25 @@ def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = T
 
 def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bool = True) -> None:
     """Check `config` (`check_experiment`), then train it on this rank of a new process group."""
+    die_with_launcher()
     check_experiment(config)
     if opts.dry_run:
         print(config)
         return
-    prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
-    try:
-        trainer = build_trainer(config)
-        if not start(trainer, config, load_optim_state):
-            return
-        trainer.fit()
-        stop = trainer.callbacks["signal_stop"]
-        unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
-        if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
-            requeue()
-    finally:
-        teardown_training_environment()
+    rank = int(os.environ.get("RANK", "0"))
+    with held(str(config.trainer.save_folder), "--save-folder", rank):  # the run's folder, while it lives
+        prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
+        try:
+            trainer = build_trainer(config)
+            if not start(trainer, config, load_optim_state):
+                return
+            trainer.fit()
+            stop = trainer.callbacks["signal_stop"]
+            unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
+            if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
+                requeue()
+        finally:
+            teardown_training_environment()
 
 
 def work_dir(save_folder: str) -> str:
