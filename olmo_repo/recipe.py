@@ -40,7 +40,7 @@ from .errors import RepoError
 from .metrics import METRICS_FILE, read_metrics
 from .tables import markdown_table
 
-__all__ = ["CONFIG", "Recipe", "heldout_loss", "run_recipe"]
+__all__ = ["CONFIG", "Recipe", "check_checkout", "heldout_loss", "run_recipe"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "olmocore" / "smollm2-repo.py"
@@ -72,12 +72,18 @@ class Recipe:
         return digest(json.dumps({f: values[f] for f in fields}), CONFIG.read_bytes())
 
 
-def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
-    """Run (or resume) the recipe into `out`; returns report.md's path."""
+def check_checkout() -> None:
+    """`RepoError` when the recipe's config and scripts are not there: an installed package has neither."""
     if not CONFIG.is_file():
         raise RepoError(
-            f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ folder)"
+            f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ and scripts/), "
+            "not from the installed package; clone the repository and run scripts/smollm2_recipe.py there"
         )
+
+
+def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
+    """Run (or resume) the recipe into `out`; returns report.md's path."""
+    check_checkout()
     if recipe.model and not Path(recipe.model).is_dir():  # checked, never made there
         raise RepoError(
             f"--model {recipe.model} does not exist: pass a directory written by scripts/smollm2.py"

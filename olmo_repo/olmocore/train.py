@@ -52,7 +52,7 @@ from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment,
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 
-from ..errors import RepoError, not_a_key
+from ..errors import RepoError, not_a_key, not_a_length
 from ..metrics import append_metrics, trim_metrics
 from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
 from ..rope import position_stats
@@ -179,6 +179,13 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
             "(no metrics.jsonl, stepN/ or global_indices_*.npy): use a new or empty folder"
         )
     check_free(save, "--save-folder")  # before anything below touches the folder
+    lengths = {
+        "train_module.max_sequence_length": config.train_module.max_sequence_length,
+        "dataset.sequence_length": getattr(config.dataset, "sequence_length", 1),
+    }
+    for key, length in lengths.items():  # OLMo-core divides by them
+        if length is not None and length < 1:
+            raise RepoError(not_a_length(key, length))
     model = config.model
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
