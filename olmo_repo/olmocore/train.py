@@ -214,7 +214,10 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
     """The data is the model's tokenizer's (`olmo_repo.vocab`): the model embeds every id of the data's
     tokenizer, and a local `load_path` (the checkpoint continued, which records the tokenizer it was made with:
     `scripts/core_convert_from_hf.py` records the HF model's) agrees on the vocabulary size, the end and padding
-    ids and, where both tokenizers are local files, every token's id. `RepoError` naming the keys."""
+    ids and, where both tokenizers are local files, every token's id: the config's tokenizer, and the one each
+    data file's folder records (`scripts/tokenize_text.py` writes the tokenizer.json it used beside train.npy).
+    `RepoError` naming the keys; a checkpoint that records no tokenizer file is said in one line (rank 0), as
+    the ids then cannot be compared token by token."""
     data = config.dataset.tokenizer
     if data.vocab_size > config.model.vocab_size:
         raise RepoError(
@@ -236,12 +239,25 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
                 f"dataset.tokenizer.{key}={getattr(data, key)}, but load_path={config.load_path} was made with "
                 f"{key}={recorded[key]}: {fix}"
             )
-    ours, theirs = Path(data.identifier), Path(recorded.get("identifier") or "")
-    if ours.is_file() and theirs.is_file() and (difference := vocabulary_difference(ours, theirs)):
-        raise RepoError(
-            f"dataset.tokenizer.identifier={ours} is not the tokenizer of load_path={config.load_path} "
-            f"({theirs}: {difference}): {fix}"
+    theirs = Path(recorded.get("identifier") or "")
+    if not theirs.is_file():
+        if os.environ.get("RANK", "0") == "0":
+            log.warning(
+                f"load_path={config.load_path} records no tokenizer file ({recorded.get('identifier') or 'none'}): "
+                "the data are checked against its vocabulary size and end and padding ids only, not token by "
+                "token (convert the model from an HF directory that holds its tokenizer.json)"
+            )
+        return
+    ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
+    for path in _data_paths(config.dataset):  # the tokenizer each data folder records
+        ours[f"dataset.paths: {path} was made with {Path(path).parent / 'tokenizer.json'}, which"] = (
+            Path(path).parent / "tokenizer.json"
         )
+    for what, file in ours.items():
+        if file.is_file() and (difference := vocabulary_difference(file, theirs)):
+            raise RepoError(
+                f"{what} is not the tokenizer of load_path={config.load_path} ({theirs}: {difference}): {fix}"
+            )
 
 
 @dataclass

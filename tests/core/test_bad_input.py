@@ -185,6 +185,38 @@ def test_core_train_refuses_data_made_with_another_tokenizer(
     assert not save.exists()
 
 
+def test_core_train_checks_the_tokenizer_each_data_folder_records(tmp_path, capsys, caplog, model_checkpoint):
+    """The config may name the model's tokenizer while the data were made with another: the tokenizer.json that
+    tokenize_text.py writes beside the token file is compared too. A checkpoint that records no tokenizer file
+    (converted from an HF directory without one) cannot be compared token by token, and says so in one line."""
+    import json
+    import logging
+
+    data, load = _data_and_stage1(tmp_path, model_checkpoint, eos_token_id=0)
+    _other_tokenizer(data / "tokenizer.json")
+    argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}", f"--load_path={load}",
+            f"--dataset.tokenizer.identifier={BASE_DIR / 'tokenizer.json'}"]  # fmt: skip
+    assert core_train.main(["--check", *argv]) == 1
+    _one_line(
+        capsys,
+        "core_train.py",
+        f"dataset.paths: {data / 'stage2.npy'} was made with {data / 'tokenizer.json'}, which is not the "
+        f"tokenizer of load_path={load} ({BASE_DIR / 'tokenizer.json'}: ",
+    )
+    config = json.loads((load / "config.json").read_text())
+    del config["dataset"]["tokenizer"]["identifier"]
+    (load / "config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING):
+        assert core_train.main(["--check", *argv]) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "records no tokenizer file" in r.getMessage()]
+    assert warning == (
+        f"load_path={load} records no tokenizer file (none): the data are checked against its vocabulary size and "
+        "end and padding ids only, not token by token (convert the model from an HF directory that holds its "
+        "tokenizer.json)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "stage1"]
+
+
 def test_core_train_takes_data_ended_by_any_of_the_models_end_ids(tmp_path, capsys, model_checkpoint):
     """A model with several end ids (Llama 3 Instruct: config.json lists them, the checkpoint records the list)
     trains on data ended by any one of them, and on no other."""
