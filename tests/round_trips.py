@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from olmo_repo.modes import PE_KEYS
+
 __all__ = ["ALL_ROPE_MAY_DIFFER", "CORE_MAY_DIFFER", "HF_MAY_DIFFER", "OLMO_MAY_DIFFER", "config_differences"]
 
 HF_MAY_DIFFER: dict[str, str] = {}
@@ -27,7 +29,7 @@ CORE_MAY_DIFFER: dict[str, str] = {
 ALL_ROPE_MAY_DIFFER: dict[str, str] = {
     f"model.block.sequence_mixer.{key}": "a model without RePo or NoPE layers is a stock one: HF olmo2/olmo3, "
     "back to OLMo-core's own AttentionConfig, the same computation"
-    for key in ("_CLASS_", "type", "pe_mode", "pe_start_layer", "pe_layer_ids")
+    for key in ("_CLASS_", "type", *PE_KEYS)
 }
 """OLMo-core keys that may also differ for a model whose every layer is RoPE, and only for it."""
 

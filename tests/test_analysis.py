@@ -9,7 +9,7 @@ import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo.ai2olmo.hf import convert_to_hf
 from olmo_repo.eval.analysis import NeedlePrompt, attention_section, positions_section
 from olmo_repo.eval.attention import AttentionMass, attention_mass, attention_mass_table
-from olmo_repo.eval.positions import text_positions
+from olmo_repo.eval.positions import batch_positions, spread_by_layer, spread_table, text_positions
 
 from .conftest import make_checkpoint
 from .pictures import affine_residual, axes_boxes, height_of, rgb, runs, xticks, yticks
@@ -83,6 +83,9 @@ def test_positions_section(models, tmp_path):
     slope, residual = affine_residual(expected[3][0].tolist(), heights)
     assert slope < 0 and residual <= 2
     assert "| layer | constant | monotonic | hybrid |" in section.markdown
+    # spread and order per layer, as the trainers log them, over the texts at the longest length
+    assert spread_table(spread_by_layer(batch_positions(model, tokenizer, texts, 64))) in section.markdown
+    assert "| layer | min | max | std | p05 | p95 | rank_corr |" in section.markdown
     assert "| 64 | 63 |" in section.markdown
     with pytest.raises(ValueError, match="no RePo layer"):
         positions_section("RoPE", *models["RoPE"], texts, [16], tmp_path)

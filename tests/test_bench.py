@@ -32,12 +32,18 @@ def test_benchmark_smoke(tmp_path):
     for phase in ("steps and decodes, 4 models: 100%", "pieces of a RePo layer: 100%"):  # progress, on stderr
         assert phase in proc.stderr
     assert "_Rotate" in proc.stdout  # RePo's rotation shows up among the added ops
+    # RePo's kernels run on CUDA only: here the torch code, and the reports say so.
+    assert proc.stdout.count("kernels=off (the torch code)") == 2 and "kernels=triton" not in proc.stdout
+    assert proc.stdout.count("targets (issue 49, the 1B on one H200): RePo/RoPE") == 2
+    for what in ("step", "memory", "decode"):
+        assert re.search(rf"^  {what} +\d+\.\d{{4}}  target <= \d\.\d{{4}}  (met|MISSED)", proc.stdout, re.M)
     lines = proc.stdout.strip().splitlines()
     results = json.loads(out.read_text())
     assert list(results) == ["tiny", "tiny-gqa"]
     table = lines.index(next(line for line in lines if line.startswith("side by side, RePo/RoPE")))
     for i, (size, result) in enumerate(results.items()):
         assert set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
+        assert result["kernels"] is None and "rotation-kernel" not in result["component_s"]
         assert all(len(v) == 2 and min(v) > 0 for v in result["step_s"].values())
         assert all(v > 0 for v in result["peak_step_memory_bytes"].values())
         ratio = result["ratios_vs_rope"]["repo"]

@@ -13,7 +13,17 @@ from olmo_repo import RepoModelConfig, RepoTrainConfig, build_model, layer_modes
 from .conftest import CONFIGS, ROOT, tiny_config
 
 RELEASED = CONFIGS / "released"
-ALL_CONFIGS = sorted(CONFIGS.rglob("*.yaml"))
+ALL_CONFIGS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "data")  # data/: mix files
+
+
+def test_the_olmo2_stage2_mix_file_is_the_released_configs_sources_with_shares_summing_to_1():
+    """configs/data/olmo2-stage2-mix.yaml (scripts/prepare_data.py --mix) reads as a mix of the 50B tokens of the
+    released stage-2 config, one source per kind of its data paths."""
+    from olmo_repo.fetch.mix import read_mix
+
+    mix = read_mix(CONFIGS / "data" / "olmo2-stage2-mix.yaml")
+    assert mix.tokens == 50_000_000_000 and abs(sum(s.share for s in mix.sources) - 1) < 1e-9
+    assert [s.name for s in mix.sources] == ["dclm", "flan", "pes2o", "wiki", "stackexchange", "math"]
 
 
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: str(p.relative_to(CONFIGS)))
@@ -151,7 +161,7 @@ def test_cli_overrides_and_saved_config_round_trip(tmp_path):
 
 
 BAD = [
-    (["model.pe_mode=cope"], "model.pe_mode", "expected one of [rope, nope, repo]"),
+    (["model.pe_mode=cope"], "model.pe_mode='cope'", "allowed: rope, nope, repo"),
     (["model.foo=1"], "model.foo", "not in 'RepoModelConfig'"),
     (["model.pe_mode=repo", "model.pe_start_layer=16"], "model.pe_start_layer=16", "allowed 0..15"),
     (["model.pe_mode=repo", "model.pe_start_layer=-1"], "model.pe_start_layer=-1", "allowed 0..15"),

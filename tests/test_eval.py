@@ -421,6 +421,66 @@ def test_eval_cli_stock_olmo2(tmp_path, stock_olmo2):
     assert (out / "notes.txt").read_text() == "mine"  # --overwrite replaces only this tool's files
 
 
+@pytest.fixture(scope="module")
+def repo_of_stock(tmp_path_factory, stock_olmo2, byte_tokenizer):
+    """`stock_olmo2`'s weights in a RePo model (layer 1; layer 0 RoPE) whose f_phi puts positions in the tens."""
+    from olmo_repo.hf import RepoOlmo2Config, RepoOlmo2ForCausalLM
+
+    stock = Olmo2ForCausalLM.from_pretrained(stock_olmo2)
+    keys = {k: v for k, v in stock.config.to_dict().items() if k != "architectures"}
+    config = RepoOlmo2Config.from_dict(
+        {**keys, "model_type": "repo_olmo2", "pe_mode": "repo", "pe_start_layer": 1}
+    )
+    model = RepoOlmo2ForCausalLM(config)
+    missing, unexpected = model.load_state_dict(stock.state_dict(), strict=False)
+    assert not unexpected and len(missing) == 3  # f_phi's three maps
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name in missing:
+            model.get_parameter(name).normal_(0, 0.5)
+    path = tmp_path_factory.mktemp("repo-of-stock")
+    model.save_pretrained(path)
+    byte_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_eval_cli_positions_replace_the_learned_ones(tmp_path, stock_olmo2, repo_of_stock):
+    """`--positions index` scores a RePo model as the RoPE model its weights came from (the same greedy outputs:
+    its logits are the RoPE model's, bit for bit), from which its learned positions are far."""
+
+    def run(model: Path, out: str, *flags: str) -> tuple[dict, list[str], str]:
+        args = [
+            str(model),
+            "--tasks",
+            "niah_single_1",
+            "--lengths",
+            "768",
+            "--samples",
+            "1",
+            "--batch-size",
+            "1",
+        ]
+        assert main([*args, "--out", str(tmp_path / out), *flags]) == 0
+        samples = (tmp_path / out / "samples.jsonl").read_text().splitlines()
+        table = (tmp_path / out / "results.md").read_text()
+        return (
+            json.loads((tmp_path / out / "results.json").read_text()),
+            [json.loads(s)["output"] for s in samples],
+            table,
+        )
+
+    rope, rope_outputs, _ = run(stock_olmo2, "rope")
+    index, index_outputs, table = run(repo_of_stock, "index", "--positions", "index")
+    assert index["positions"] == "index" and rope["positions"] == "learned"
+    assert table.splitlines()[0].endswith("RePo layers rotating by the index position")
+    assert index_outputs == rope_outputs and index["scores"] == rope["scores"]
+    ids = torch.randint(0, VOCAB - 2, (1, 64))
+    with torch.no_grad():  # with its learned positions the RePo model is another model
+        learned, stock = load_model(repo_of_stock, 768)(ids).logits, load_model(stock_olmo2, 768)(ids).logits
+    assert (learned - stock).abs().max() > 0.1 * stock.abs().max()
+
+
 def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
     """At 2x the training length the loaded model computes with YaRN: same weights, different logits (RePo with
     a RoPE layer, hybrid RoPE/NoPE, stock Olmo2); a model whose layers are all NoPE has nothing to scale."""
@@ -459,6 +519,11 @@ def test_yarn_reaches_the_forward(tmp_path, tokenizer_file, stock_olmo2):
         (["--lengths", "600", "--tasks", "niah_multivalue"], "length 600 is too short"),
         (["--lengths", "4k"], "--lengths='4k'"),
         (["--yarn", "0.5"], "--yarn='0.5'"),
+        # the model has no RePo layer: nothing to replace
+        (
+            ["--positions", "index"],
+            "pe_positions=index acts on the positions of RePo layers, but this model has none",
+        ),
     ],
 )
 def test_eval_cli_bad_input(tmp_path, stock_olmo2, capsys, flags, message):

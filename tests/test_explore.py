@@ -37,6 +37,7 @@ from olmo_repo.cli.explore import main
 from olmo_repo.eval.positions import position_patterns, position_spans
 from olmo_repo.explore.app import create_app, listen
 from olmo_repo.explore.model import MAX_PROMPT_CHARS, BadRequest, ExplorerModel
+from olmo_repo.rope import spread
 
 from .conftest import ROOT, make_checkpoint
 
@@ -165,6 +166,9 @@ def test_api_returns_the_positions_the_models_compute(ckpts):
             assert out["spans"][i] == position_spans(got[i]).tolist()
             assert out["patterns"][i]["all"] == position_patterns(got[i], 16, 0.2)
             assert out["patterns"][i]["heads"] == [position_patterns(z, 16, 0.2) for z in got[i]]
+            assert out["spread"][i] == spread(
+                got[i]
+            )  # std, percentiles, rank correlation: the trainers' stats
 
         # One layer and head of the second model (an HF directory); a prompt truncated to max_tokens.
         status, out = post(
@@ -181,6 +185,27 @@ def test_api_returns_the_positions_the_models_compute(ckpts):
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda _: post(url + "api/positions", body), range(4)))
         assert all(a == answers[0] for a in answers) and answers[0][0] == 200
+
+
+def test_replaced_positions_show_what_the_layers_rotate_by(ckpts):
+    """`--positions index|constant`, as an evaluation replaces the learned positions: the explorer says so and shows
+    the token index, or one position for every token; a model without RePo layers is refused in one line."""
+    n = len(ckpts.tokenizer.encode(PROMPT).ids)
+    index = torch.arange(float(n)).expand(2, 4, n)  # [L, H, T]: layers 0 and 2
+    for source, expected in {"index": index, "constant": torch.zeros(2, 4, n)}.items():
+        model = ExplorerModel(ckpts.hybrid_hf, positions=source)
+        assert model.info()["positions"] == source
+        out = model.positions(PROMPT)
+        assert out["layers"] == [0, 2] and torch.equal(torch.tensor(out["positions"]), expected), source
+        order = pytest.approx(
+            1.0 if source == "index" else 0.0, abs=n * torch.finfo(torch.float32).eps
+        )  # fp32 sums
+        assert [s["rank_corr"] for s in out["spread"]] == [order] * 2
+    assert ExplorerModel(ckpts.hybrid_hf).info()["positions"] == "learned"
+    with pytest.raises(
+        ValueError, match="pe_positions=index acts on the positions of RePo layers, but this model"
+    ):
+        ExplorerModel(ckpts.rope, open_model=as_hf_dir, positions="index")
 
 
 def test_bad_requests_get_a_4xx_with_one_line(ckpts):

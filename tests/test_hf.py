@@ -453,6 +453,26 @@ def test_reference_format_loads_through_every_route(tmp_path, tokenizer_file, ca
     assert torch.equal(back(ids).logits, olmo(ids).logits)
 
 
+def test_a_reference_blend_schedule_is_recorded_and_scores_at_p_zero(tmp_path, tokenizer_file):
+    """The reference's pe_config may hold its index-blend schedule; its own forward takes p = 0 unless told
+    otherwise (nothing in its released code does), so its checkpoints score with p = 0 here too."""
+    _, olmo = make_checkpoint(tmp_path / "olmo", tokenizer_file, pe_mode="repo", pe_start_layer=1)
+    pe_config = {
+        "dynamic_pe_mode": "swigluex_multihead",
+        "dynmaic_pe_start_layer": 1,
+        "dynamic_pe_init_pdrop": 1.0,
+        "dynamic_pe_dropout_anneal_step": 1000,
+    }
+    ref = _reference_dir(tmp_path / "ref", olmo, pe_config)
+    config = read_hf_config(ref)
+    assert (config.pe_blend_init, config.pe_blend_steps, config.pe_blend) == (1.0, 1000, 0.0)
+    hf = AutoModelForCausalLM.from_pretrained(ref).eval()
+    assert hf.config.pe_blend == 0.0
+    ids = _ids()
+    with torch.no_grad():
+        _assert_same_logits(hf(ids).logits, olmo, ids, "the reference's checkpoint with a blend schedule")
+
+
 @pytest.mark.parametrize(
     "overrides, pe_config, message",
     [
@@ -838,10 +858,7 @@ def test_a_conversion_rerun_changes_nothing_and_a_killed_one_leaves_the_output_a
     capsys.readouterr()
 
     assert main(args) == 1  # without --force: refused in one line, the folder untouched
-    assert (
-        capsys.readouterr().err
-        == f"{command}.py: error: {out} exists; pass --force to replace it\n"
-    )
+    assert capsys.readouterr().err == f"{command}.py: error: {out} exists; pass --force to replace it\n"
     assert _tree(out) == first
     assert main([*args, "--force"]) == 0  # the same bytes again
     assert _contents(out) == {k: v for k, (v, _) in first.items()}

@@ -56,6 +56,7 @@ def _lint(package_root: Path) -> subprocess.CompletedProcess:
     [
         ("modes.py", "import torch", "The mode rule, the stage-1 fit rule"),
         ("rope.py", "import numpy", "The RePo layer needs torch only"),
+        ("kernels/rotation.py", "import transformers", "RePo's Triton kernels need torch and Triton only"),
         ("eval/loading.py", "import olmo_repo.ai2olmo.train", "Each layer imports only the layers below it"),
         (
             "eval/loading.py",

@@ -14,8 +14,10 @@ from olmo_repo import (
     build_model,
     layer_modes,
     predict_positions,
+    repo_blocks,
     repo_layer_ids,
 )
+from olmo_repo.modes import PositionSource
 from olmo_repo.rope import (
     COMPILED_ROTATION,
     f_phi,
@@ -23,6 +25,7 @@ from olmo_repo.rope import (
     rotate,
     rotate_qk,
     rotate_reference,
+    set_index_blend,
 )
 from olmo_repo.upstream.olmo import STOCK_BLOCK_BUILD
 
@@ -371,6 +374,70 @@ def test_kv_cache_incremental_decode_equals_full_forward(overrides, block_group_
             past = out.attn_key_values
     # Two fp32 computations of the same logits, with differently shaped (so differently ordered) kernels.
     assert_within(torch.cat(pieces, dim=1), full, roundings=2 * model_roundings(model.config, 20))
+
+
+def _decode(model: OLMo, ids: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The logits of `ids` [B, T]: a forward of the first `prefix` tokens, then one token at a time through the
+    KV cache (offsets prefix..T-1)."""
+    with torch.no_grad():
+        out = model(ids[:, :prefix], use_cache=True)
+        pieces, past = [out.logits], out.attn_key_values
+        for t in range(prefix, ids.shape[1]):
+            out = model(ids[:, t : t + 1], past_key_values=past, use_cache=True)
+            pieces.append(out.logits)
+            past = out.attn_key_values
+    return torch.cat(pieces, dim=1)
+
+
+def test_at_p_one_repo_layers_inserted_into_a_rope_model_give_its_logits_bit_for_bit():
+    """The index blend's warm start: at p = 1 a RePo model (f_phi non-zero) scores as the RoPE model it was
+    made from, bit for bit in fp32, also decoding through the KV cache (the index is past + 0..T-1, as OLMo's
+    RoPE counts it); the token index as the positions (`position_source`) gives the same, no positions the NoPE
+    model's logits."""
+    rope = build_model(tiny_config()).eval()
+    repo = build_model(tiny_config(pe_mode="repo", pe_start_layer=1)).eval()
+    _copy_base(repo, rope)
+    spread_positions(repo)
+    ids = _ids(20)
+    with torch.no_grad():
+        expected = rope(ids).logits
+        assert not torch.equal(repo(ids).logits, expected)  # p = 0: f_phi's positions
+        set_index_blend(repo, 1.0)
+        assert torch.equal(repo(ids).logits, expected)
+    assert torch.equal(_decode(repo, ids, 12), _decode(rope, ids, 12))
+    set_index_blend(repo, 0.0)
+    for block in repo_blocks(repo):
+        block.position_source = PositionSource.index
+    with torch.no_grad():
+        assert torch.equal(repo(ids).logits, expected)
+        nope = build_model(tiny_config(pe_mode="nope", pe_start_layer=1)).eval()
+        _copy_base(nope, rope)
+        for block in repo_blocks(repo):
+            block.position_source = PositionSource.constant
+        assert torch.equal(repo(ids).logits, nope(ids).logits)
+
+
+def test_kv_cache_decode_at_p_half_equals_the_full_forward_and_not_at_another_p():
+    """p = 0.5 with trained-looking f_phi, decoding at offsets 12..19: the full forward's logits within fp32
+    bounds, and outside them of p = 0 and p = 1 (a blend that ignored p, or the cache's offset, fails)."""
+    model = build_model(tiny_config(pe_mode="repo", pe_start_layer=1)).eval()
+    spread_positions(model)
+    ids = _ids(20)
+
+    def full(p: float) -> torch.Tensor:
+        set_index_blend(model, p)
+        with torch.no_grad():
+            return model(ids).logits
+
+    largest = max(z.abs().max() for z in predict_positions(model, ids).values()) + 20
+    # Two fp32 computations (kernels of other shapes); angles rounded to eps * |position| in 3 RePo layers.
+    roundings = 2 * model_roundings(model.config, 20) + 3 * 2 * largest
+    set_index_blend(model, 0.5)
+    decoded = _decode(model, ids, 12)
+    assert_within(decoded, full(0.5), roundings=roundings, what="decoded logits at p = 0.5")
+    for p in (0.0, 1.0):
+        with pytest.raises(AssertionError, match="exceeds the bound"):
+            assert_within(decoded, full(p), roundings=roundings)
 
 
 def test_predict_positions_returns_the_per_head_positions_of_every_repo_layer():

@@ -202,6 +202,17 @@ def test_plot_positions_command(tmp_path, tokenizer_file, capsys):
     args = [str(ckpt), "--text-file", str(text_file), "--max-tokens", "64", "--out", str(out), "--force"]
     assert plot_positions_main(args) == 0
 
+    # With the positions replaced as an evaluation replaces them, the plot shows what the layer rotates by.
+    indexed = tmp_path / "index.png"
+    assert (
+        plot_positions_main([str(ckpt), "--text", TEXT, "--positions", "index", "--out", str(indexed)]) == 0
+    )
+    img = rgb(indexed)
+    (box,) = axes_boxes(img)
+    heights = [height_of(img, box, "C0", c) for c in xticks(img, box)]
+    slope, residual = affine_residual(list(range(len(TEXT))), heights)
+    assert slope < 0 and residual <= 2  # the token index: a straight rising line (image rows grow downwards)
+
     for bad, message in [
         (["--layer", "0"], "layer 0 is not a RePo layer of .*; RePo layers: \\[1, 2, 3\\]"),
         (["--head", "4"], "head 4 is out of range: the model has 4 key/value heads"),

@@ -1,5 +1,6 @@
-"""Chunk patterns and spans of learned positions, on sequences whose answer is known by construction; spans at
-several context lengths and position labels on a tiny RePo HF model."""
+"""Chunk patterns, spans, spread and order of learned positions, on sequences whose answer is known by
+construction; spans at several context lengths, position labels and the positions shown when an evaluation
+replaces the learned ones, on a tiny RePo HF model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2)
 from olmo_repo.ai2olmo.hf import convert_to_hf
+from olmo_repo.eval.loading import load_model
 from olmo_repo.eval.positions import (
     batch_positions,
     pattern_counts,
@@ -20,8 +22,11 @@ from olmo_repo.eval.positions import (
     position_spans,
     span_table,
     spans_by_length,
+    spread_by_layer,
+    spread_table,
     text_positions,
 )
+from olmo_repo.rope import spread
 
 from .conftest import make_checkpoint
 
@@ -119,6 +124,21 @@ def repo_hf(tmp_path_factory, tokenizer_file):
     return AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
 
 
+def test_replaced_positions_are_what_the_layers_rotate_by(repo_hf):
+    """A model loaded with its positions replaced (`--positions`) predicts none: its RePo layers rotate by the token
+    index, or by one position for every token, and that is what the analyses show of it."""
+    model, tokenizer = repo_hf
+    learned, _ = text_positions(model, tokenizer, TEXT, max_tokens=40)
+    index = torch.arange(40.0).expand(4, 40)  # [H_kv, T]
+    for source, expected in {"index": index, "constant": torch.zeros(4, 40)}.items():
+        replaced = load_model(model.name_or_path, 128, positions=source)
+        positions, _ = text_positions(replaced, tokenizer, TEXT, max_tokens=40)
+        assert sorted(positions) == sorted(learned) == [1, 2, 3], source
+        for z in positions.values():
+            assert z.dtype == torch.float32 and torch.equal(z, expected), source
+    assert all(not torch.equal(z, index) for z in learned.values())
+
+
 def test_spans_by_length_equal_separate_forwards(repo_hf):
     model, tokenizer = repo_hf
     spans = spans_by_length(model, tokenizer, [TEXT, OTHER], [64, 8, 32])
@@ -156,6 +176,31 @@ def test_models_without_repo_layers_are_refused(tmp_path, tokenizer_file):
     model, tokenizer = AutoModelForCausalLM.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(hf_dir)
     with pytest.raises(ValueError, match="no RePo layer"):
         spans_by_length(model, tokenizer, TEXT, [8])
+
+
+def test_spread_and_order_per_layer_are_the_trainers_statistics():
+    """`rope.spread` per layer: every value of [B, H, T] for the extremes, std and percentiles; Spearman's rank
+    correlation with the token index per (sequence, head) row, averaged."""
+    up, down = torch.arange(5.0), torch.arange(5.0).flip(0)
+    positions = {
+        3: torch.stack([torch.stack([up, down])]),  # [1, 2, 5]: ordered, reversed
+        1: torch.stack([torch.stack([2 * up, up + 1])]),  # both ordered
+    }
+    stats = spread_by_layer(positions)
+    assert list(stats) == [1, 3]
+    assert stats[3] == spread(positions[3])
+    assert stats[3]["rank_corr"] == pytest.approx(0.0) and stats[1]["rank_corr"] == pytest.approx(1.0)
+    values = torch.tensor([0.0, 0, 1, 1, 2, 2, 3, 3, 4, 4])  # layer 3's values, sorted
+    assert (stats[3]["min"], stats[3]["max"], stats[3]["p05"], stats[3]["p95"]) == (0.0, 4.0, 0.0, 4.0)
+    assert stats[3]["std"] == pytest.approx(values.std().item())  # sqrt(20 / 9)
+    assert spread_table(stats).splitlines() == [
+        "| layer | min | max | std | p05 | p95 | rank_corr |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| 1 | 0.000 | 8.000 | {stats[1]['std']:.3f} | {stats[1]['p05']:.3f} | {stats[1]['p95']:.3f} | 1.000 |",
+        "| 3 | 0.000 | 4.000 | 1.491 | 0.000 | 4.000 | 0.000 |",
+    ]
+    with pytest.raises(ValueError, match="no positions"):
+        spread_by_layer({})
 
 
 def test_tables():

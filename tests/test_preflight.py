@@ -112,6 +112,14 @@ def test_preflight_unwritable_save_folder(tmp_path):
             ["fsdp.precision=null", "precision=amp_bf16"],
             r"precision=amp_bf16 on CPU needs FSDP's mixed precision",
         ),
+        (
+            ["fsdp.use_orig_params=false", "model.pe_mode=repo", "f_phi.only=true"],
+            r"; f_phi\.only=true needs --fsdp\.use_orig_params=true \(FSDP otherwise flattens f_phi's weights",
+        ),
+        (
+            ["fsdp.use_orig_params=false", "model.pe_mode=repo", "f_phi.lr_multiplier=3"],
+            r"; f_phi\.lr_multiplier=3\.0 needs --fsdp\.use_orig_params=true",
+        ),
     ],
     ids=[
         "torch_new",
@@ -122,6 +130,8 @@ def test_preflight_unwritable_save_folder(tmp_path):
         "hybrid-1",
         "hybrid-3",
         "bf16",
+        "f_phi-only",
+        "f_phi-lr",
     ],
 )
 def test_fsdp_preflight_refuses_what_cannot_work_in_one_line(tmp_path, extra, message):

@@ -7,7 +7,13 @@ import re
 import pytest
 
 from olmo_repo.ai2olmo.hf import convert_to_hf
-from olmo_repo.eval.report import niah_section, write_report
+from olmo_repo.eval.report import (
+    REPLACEMENT_NOTE,
+    niah_section,
+    replacement_table,
+    report_sections,
+    write_report,
+)
 
 from .conftest import make_checkpoint
 from .pictures import axes_boxes, near, rgb, row_of, xticks
@@ -118,3 +124,70 @@ def test_niah_section_averages_each_group_in_percent(tmp_path):
     assert "![NIAH (seen)](figures/niah-seen.png) ![NIAH (held out)](figures/niah-held-out.png)" in text
     _check_niah_figure(tmp_path / "figures/niah-seen.png", {"RePo": [75.0, 25.0], "RoPE": [50.0, 50.0]})
     _check_niah_figure(tmp_path / "figures/niah-held-out.png", {"RePo": [25.0, 25.0], "RoPE": [75.0, 50.0]})
+
+
+def test_replacement_table_compares_each_source_with_the_learned_positions():
+    """{position source: {variant: {length: score}}}: a row per variant and length, then their average; a column
+    per source in percent with its interval, and learned minus each replacement in points."""
+    scores = {
+        "constant": {"a": {512: 0.0, 1024: 0.0}, "b": {512: 0.5, 1024: 0.0}},
+        "learned": {"a": {512: 1.0, 1024: 0.5}, "b": {512: 0.5, 1024: 0.25}},
+        "index": {"a": {512: 0.75, 1024: 0.75}, "b": {512: 0.5, 1024: 0.0}},
+    }
+    lines = replacement_table(scores).splitlines()
+    assert lines == [
+        "| variant | length | learned | index | constant | learned - index | learned - constant |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| a | 512 | 100.0 | 75.0 | 0.0 | +25.0 | +100.0 |",
+        "| a | 1024 | 50.0 | 75.0 | 0.0 | -25.0 | +50.0 |",
+        "| b | 512 | 50.0 | 50.0 | 50.0 | +0.0 | +0.0 |",
+        "| b | 1024 | 25.0 | 0.0 | 0.0 | +25.0 | +25.0 |",
+        "| **average** | 512 | 75.0 | 62.5 | 25.0 | +12.5 | +50.0 |",
+        "| **average** | 1024 | 37.5 | 37.5 | 0.0 | +0.0 | +37.5 |",
+    ]
+    with_intervals = replacement_table(scores, samples=20)
+    assert "| a | 512 | 100.0 [83.9, 100.0] | 75.0 [53.1, 88.8] |" in with_intervals  # Wilson, 20 samples
+    assert "| **average** | 512 | 75.0 [59.8, 85.8] |" in with_intervals  # 40 samples pooled (Wilson)
+    assert "20 samples per cell" in with_intervals
+    only_replacements = replacement_table(
+        {"index": scores["index"]}
+    ).splitlines()  # no learned: no differences
+    assert only_replacements[0] == "| variant | length | index |"
+    with pytest.raises(ValueError, match="no scores of a position source"):
+        replacement_table({"rope": scores["index"]})
+
+
+@pytest.mark.slow
+def test_the_replacement_section_scores_each_source_on_the_same_prompts(models, tmp_path):
+    """`report_sections(replaced=True)`: after the other sections (skipped here with `done`), one per RePo model with
+    NIAH and the attention mass under the learned positions, the token index and a constant position."""
+    sections = report_sections(
+        models,
+        tmp_path / "figures",
+        variants=["niah_single_1"],
+        samples=1,
+        lengths=[LENGTH],
+        replaced=True,
+        done=3,
+    )
+    (text,) = list(sections)  # needles, attention and RePo's positions done; RoPE has no positions to replace
+    assert text.startswith(f"## Positions replaced: RePo\n\n{REPLACEMENT_NOTE}\n")
+    cell = r"([\d.]+) \[[\d.]+, [\d.]+\]"  # percent [95% interval]
+    row = re.search(
+        rf"^\| niah_single_1 \| {LENGTH} \| {cell} \| {cell} \| {cell} \| ([-+\d.]+) \| ([-+\d.]+) \|$",
+        text,
+        re.M,
+    )
+    learned, index, constant, minus_index, minus_constant = (float(v) for v in row.groups())
+    assert (minus_index, minus_constant) == (round(learned - index, 1), round(learned - constant, 1))
+    masses = {
+        m[1]: [float(v) for v in m.groups()[1:]]
+        for m in re.finditer(
+            r"^\| (learned|index|constant) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text, re.M
+        )
+    }
+    assert list(masses) == ["learned", "index", "constant"]
+    assert (
+        masses["index"] != masses["learned"] and masses["constant"] != masses["learned"]
+    )  # the replacement acts
+    assert not (tmp_path / "figures").exists()  # tables only

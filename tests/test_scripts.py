@@ -111,6 +111,7 @@ BAD_INPUT = {
     "fetch": ["{missing}", "--to", "out"],
     "flops": ["{missing}"],
     "plot_positions": ["{missing}", "--text", "x", "--out", "plot.png"],
+    "prepare_data": ["--model", "{missing}", "--output", "out", "corpus.jsonl"],
     "tokenize_text": ["--model", "{missing}", "--output", "out"],
     "train": ["{missing}"],
     "unshard": ["--input", "{missing}", "--output", "out"],
@@ -208,3 +209,24 @@ def test_a_config_validators_error_is_said_by_its_cause(capsys):
 
 def raise_(error: BaseException) -> None:
     raise error
+
+
+def test_tokenize_text_writes_the_bytes_it_always_wrote(tmp_path):
+    """The SmolLM2 recipe's numbers depend on tokenize_text.py's token file: the same text and tokenizer give the
+    bytes it wrote before scripts/prepare_data.py existed (sha256 taken then, at dc60c04)."""
+    import hashlib
+
+    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.fetch.tokens import Documents, tokenize_text
+
+    texts = [
+        "The code of apple is 123.",
+        "def f(x):\n    return x ** 2  # émoji 😀, 日本語\n",
+        "<|endoftext|> inside text, and   spaces\t\ttabs.",
+    ]
+    written = tokenize_text(BASE_DIR, tmp_path / "out", Documents("t", texts), progress=False)
+    digest = hashlib.sha256((tmp_path / "out" / "train.npy").read_bytes()).hexdigest()
+    assert (written.tokens, digest) == (
+        76,
+        "69e5b2cd030547d57559bfbdfec477c5971435a8e64a801766aa7114ed0d8e44",
+    )

@@ -318,3 +318,27 @@ def test_cpu_job_resubmit_requeue_and_sigusr1_continue_the_run_exactly(
     assert {s for s, _ in logged} == set(range(1, stop_at + 1))
     assert [(s, expected[s]) for s, _ in logged] == logged
     assert logged[-1] == (stop_at, expected[stop_at])
+
+
+def test_prepare_data_array_job_joins_its_machines_parts(slurm: Cluster, tmp_path: Path) -> None:
+    """scripts/slurm/prepare-data.sbatch as an array of 2 (two machines' parts of one folder, one after the other
+    on this one node): the last part joins them, and the folder holds the documents of a run on one machine."""
+    from collections import Counter
+
+    from olmo_repo.demo import BASE_DIR
+
+    from .prepared_data import DATA_PYTHON, documents, prepare_data, write_corpus
+
+    if not DATA_PYTHON.is_file():
+        pytest.skip("needs the data environment (.venv-data: make install-data)")
+    texts = [f"Document {i}: " + "the code of apple is 123. " * (i % 7 + 1) for i in range(40)]
+    write_corpus({tmp_path / "text" / f"{i}.jsonl": [{"text": t} for t in texts[i::4]] for i in range(4)})
+    out = tmp_path / "out"
+    slurm.submit(ROOT / "scripts/slurm/prepare-data.sbatch", [str(tmp_path / "text")],
+                 MODEL=str(BASE_DIR), OUTPUT=str(out), SBATCH_ARRAY_INX="0-1")  # fmt: skip
+    _wait_for("the array's join (data.json)", (out / "data.json").exists, 240)
+    prepare_data(
+        "--model", str(BASE_DIR), "--output", str(tmp_path / "one"), "--workers", "1", str(tmp_path / "text")
+    )
+    assert Counter(documents(out)) == Counter(documents(tmp_path / "one"))
+    assert json.loads((out / "data.json").read_text())["documents"] == len(texts)

@@ -86,6 +86,23 @@ def test_stage1_init_bit_exact_with_optimizer_surgery(stage1, tmp_path, device):
 
 
 @pytest.mark.slow
+def test_f_phi_only_from_stage1_leaves_the_frozen_weights_optimizer_state_out(stage1, tmp_path, device):
+    """`f_phi.only` from a stage-1 checkpoint, as the paper's arm starts: no reset needed (the frozen weights'
+    stage-1 state is left out, nothing trains them), f_phi alone in the optimizer (its own lr), fresh; after
+    two steps every stage-1 weight is still bit for bit the checkpoint's."""
+    checkpoint, data = stage1
+    knobs = {"f_phi.only": "true", "f_phi.lr_multiplier": 10}
+    overrides = small(data, tmp_path / "a", load_path=checkpoint, max_duration=2, stop_at=2, **knobs)
+    with make_trainer(STAGE2_REPO, overrides, device) as trainer:
+        names = {n.removeprefix("module.") for g in trainer.optim.param_groups for n in g["param_names"]}
+        assert names == repo_param_names(trainer.cfg.model) and not trainer.optim.state
+        trainer.fit()
+        weights = trainer.model.state_dict()
+    stage1_weights = torch.load(checkpoint / "model.pt", weights_only=True)
+    assert all(torch.equal(weights[k], v) for k, v in stage1_weights.items())
+
+
+@pytest.mark.slow
 def test_reset_optimizer_state_and_weights_only_directory(stage1, tmp_path, device):
     checkpoint, data = stage1
     # Weights converted from elsewhere: model.pt and a stock config.yaml, no optim.pt/train.pt, no -unsharded name.

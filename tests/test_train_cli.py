@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from olmo.optim import build_scheduler
 
+from olmo_repo import RepoTrainConfig
 from olmo_repo.cli import train as train_cli
+from olmo_repo.modes import index_blend
 from olmo_repo.ownership import LOCK_FILE
 
 from .s3_server import loopback_s3
@@ -70,14 +73,34 @@ def _indices(save_folder: Path) -> list[str]:
     return gzip.decompress((save_folder / "data-indices/rank0.tsv.gz").read_bytes()).decode().splitlines()
 
 
+def _records(save_folder: Path) -> dict[int, dict]:
+    """{step: metrics} of the training steps in save_folder/metrics.jsonl."""
+    lines = (save_folder / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if "train/CrossEntropyLoss" in r}
+
+
 def _contents(root: Path) -> dict[str, bytes]:
     """{path under root: bytes} of every file."""
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+# Learning positions (issue 48): RePo layers from layer 1 with the index blend falling from 1 over 20 steps, f_phi's
+# lr 10 x the schedule's (warm-up and cosine decay) and its own weight decay (the base's: 0.1).
+LEARNING = {
+    "model.pe_mode": "repo",
+    "model.pe_start_layer": 1,
+    "model.pe_blend_init": 1.0,
+    "model.pe_blend_steps": 20,
+    "f_phi.lr_multiplier": 10.0,
+    "f_phi.weight_decay": 0.01,
+}
+
+
 def test_killed_run_resumes_with_identical_losses_and_data_order(tmp_path):
+    """A RePo run learning its positions (`LEARNING`): the same losses, data order, each group's lr (f_phi's the
+    schedule's x 10) and index blend on every step, killed and resumed or not."""
     data = write_corpus(tmp_path / "data")
-    steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4)
+    steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4, **LEARNING)
     reference = tmp_path / "reference"
     _run(train_command(STAGE1, small(data, reference, **steps)))
     expected = losses(reference)
@@ -100,6 +123,14 @@ def test_killed_run_resumes_with_identical_losses_and_data_order(tmp_path):
     # instances each step trained on (a kill leaves its gzip stream cut short).
     assert losses(run) == expected
     assert _indices(run) == _indices(reference) and len(_indices(run)) == 40
+    cfg = RepoTrainConfig.load(STAGE1, small(data, run, **steps))
+    schedule = build_scheduler(cfg)
+    for step, record in _records(run).items():
+        lr = schedule.get_lr(cfg.optimizer.learning_rate, step, 40)
+        assert [record[f"optim/learning_rate_group{i}"] for i in range(3)] == [lr, lr, lr * 10.0], step
+        assert record.get("train/positions/index_blend") == (index_blend(1.0, 20, step - 1) or None), step
+    saved = torch.load(run / "step40-unsharded/optim.pt", weights_only=False)["param_groups"]
+    assert [g["weight_decay"] for g in saved] == [0.1, 0.0, 0.01]
     # Rerunning a finished run does nothing, and leaves every file of the run as it was, byte for byte (OLMo's
     # data loader writes train_data/global_indices.npy again on every start, with the same bytes).
     before = _contents(run)
@@ -145,6 +176,16 @@ def test_the_launcher_checks_the_run_once_and_starts_nothing_on_a_bad_input(tmp_
     status, out, _ = launch("--check", "--nnodes=2", "--nproc-per-node", "2", global_train_batch_size=8)
     assert (status, out) == (0, "train.py: the run can start on 2 node(s) x 2 process(es)\n")
     assert not run.exists()  # checked, nothing started
+    # The knobs of learning positions: the rule set's line (what OLMo-core's side says too), nothing started.
+    bad = {"model.pe_blend_init": 2, "f_phi.lr_multiplier": "nan"}
+    for flag, (key, value) in zip(("--nproc-per-node=2", "--check"), bad.items(), strict=True):
+        status, _, err = launch(flag, global_train_batch_size=8, **{key: value})
+        assert status == 1 and err.count("\n") == 1 and err.startswith(f"train.py: error: {key}="), err
+    assert (
+        err
+        == "train.py: error: f_phi.lr_multiplier=nan; allowed: a finite number > 0 (1: the schedule's lr)\n"
+    )
+    assert not run.exists()
     # An in-loop evaluator entry each rank would refuse when it builds its evaluators (after its model).
     niah = [{"label": "niah_single_1", "type": "downstream"}, {"label": "niah_bogus", "type": "downstream"}]
     status, _, err = launch("--check", "--nproc-per-node=2", global_train_batch_size=8, evaluators=niah)

@@ -3,7 +3,7 @@ torch.compile of the rotation on CUDA, and FSDP with meta init and the sharded c
 FSDP itself (sharding, wrap policies, mixed precision, sharded checkpoints, stage-1 init) runs on CPU in
 tests/test_train_fsdp.py.
 
-Skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py` (or `bench/gpu_check.sh`).
+Skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/test_train_gpu.py` (or `bash bench/gpu_check.sh tests`).
 """
 
 from __future__ import annotations

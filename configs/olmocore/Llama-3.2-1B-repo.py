@@ -7,13 +7,15 @@ the paper's OLMo 2 1B values stand, to be tuned with overrides), with:
   - model: `meta-llama/Llama-3.2-1B`'s `config.json` (below, as published) through the converter's Llama table
     (`olmo_repo.olmocore.convert.family_config_from_hf`): exactly the model `scripts/core_convert_from_hf.py`
     makes of that checkpoint, Llama 3's RoPE scaling included, with RePo from layer 5 (ceil(16 / 3) - 1);
-  - data: `--data-root`'s `train.npy` and `tokenizer.json`, made with Llama 3's own tokenizer by
-    `scripts/tokenize_text.py` (the project's OLMo 2 data is dolma2's, whose ids mean nothing to Llama).
+  - data: `--data-root`, made with Llama 3's own tokenizer (the project's OLMo 2 data is dolma2's, whose ids mean
+    nothing to Llama): the OLMo 2 stage-2 mix's text (`configs/data/olmo2-stage2-mix.yaml`: its sources and
+    shares, where to download it) by `scripts/prepare_data.py --mix` (OLMo-core's source mixture of its
+    `mix.json`), a data folder of `prepare_data.py`, or `scripts/tokenize_text.py`'s `train.npy` (docs/data.md).
 
     .venv-core/bin/python scripts/core_convert_from_hf.py --input /models/Llama-3.2-1B --output /ckpt/llama-stage1
-    .venv-core/bin/python scripts/tokenize_text.py --model /models/Llama-3.2-1B --text /data/text/*.txt --output /data/llama3-tokens
+    .venv-data/bin/python scripts/prepare_data.py --model /models/Llama-3.2-1B --mix configs/data/olmo2-stage2-mix.yaml --output /data/llama3-stage2
     .venv-core/bin/python scripts/core_train.py configs/olmocore/Llama-3.2-1B-repo.py --nproc-per-node=8 \\
-        --save-folder=/ckpt/llama-1b-repo --data-root=/data/llama3-tokens --load_path=/ckpt/llama-stage1
+        --save-folder=/ckpt/llama-1b-repo --data-root=/data/llama3-stage2 --load_path=/ckpt/llama-stage1
 """
 
 import argparse

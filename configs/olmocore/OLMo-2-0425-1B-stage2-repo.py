@@ -32,6 +32,7 @@ from olmo_core.train.callbacks import CheckpointerCallback, ConfigSaverCallback,
 from olmo_core.train.train_module import TransformerDataParallelConfig, TransformerTrainModuleConfig
 
 from olmo_repo.olmocore import NiahCallbackConfig, with_position_modes
+from olmo_repo.olmocore.train import RepoExperimentConfig
 
 RELEASED = Path(__file__).resolve().parents[1] / "released" / "OLMo2-1B-stage2-seed42.yaml"
 SITE = "http://olmo-data.org"
@@ -97,7 +98,7 @@ def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentCo
         )  # NOTE: change to true to enable
     )
 
-    return ExperimentConfig(
+    return RepoExperimentConfig(  # with the `f_phi` section (the paper's: one lr, one weight decay)
         model=model_config,
         dataset=dataset_config,
         data_loader=data_loader_config,

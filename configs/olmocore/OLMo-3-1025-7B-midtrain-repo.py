@@ -35,6 +35,7 @@ from olmo_core.train.train_module import (
 from olmo_core.train.train_module.transformer.config import TransformerActivationCheckpointingConfig
 
 from olmo_repo.olmocore import NiahCallbackConfig, with_position_modes
+from olmo_repo.olmocore.train import RepoExperimentConfig
 
 DEFAULT_SEQUENCE_LENGTH = 8192
 GLOBAL_BATCH_SIZE = 2**21  # ~2M tokens
@@ -109,7 +110,7 @@ def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentCo
         )  # NOTE: change to true to enable
     )
 
-    return ExperimentConfig(
+    return RepoExperimentConfig(  # with the `f_phi` section (the paper's: one lr, one weight decay)
         model=model_config,
         dataset=dataset_config,
         data_loader=data_loader_config,

@@ -8,13 +8,15 @@ paper's values for its nearest model stand, to be tuned with overrides), with:
     (`olmo_repo.olmocore.convert.family_config_from_hf`): exactly the model `scripts/core_convert_from_hf.py`
     makes of that checkpoint (per-head q/k RMSNorm before the rotation, head width 128 != 1024 / 16), with RePo
     from layer 9 (ceil(28 / 3) - 1);
-  - data: `--data-root`'s `train.npy` and `tokenizer.json`, made with Qwen 3's own tokenizer by
-    `scripts/tokenize_text.py` (the project's OLMo 2 data is dolma2's, whose ids mean nothing to Qwen).
+  - data: `--data-root`, made with Qwen 3's own tokenizer (the project's OLMo 2 data is dolma2's, whose ids mean
+    nothing to Qwen): the OLMo 2 stage-2 mix's text (`configs/data/olmo2-stage2-mix.yaml`: its sources and
+    shares, where to download it) by `scripts/prepare_data.py --mix` (OLMo-core's source mixture of its
+    `mix.json`), a data folder of `prepare_data.py`, or `scripts/tokenize_text.py`'s `train.npy` (docs/data.md).
 
     .venv-core/bin/python scripts/core_convert_from_hf.py --input /models/Qwen3-0.6B-Base --output /ckpt/qwen-stage1
-    .venv-core/bin/python scripts/tokenize_text.py --model /models/Qwen3-0.6B-Base --text /data/text/*.txt --output /data/qwen3-tokens
+    .venv-data/bin/python scripts/prepare_data.py --model /models/Qwen3-0.6B-Base --mix configs/data/olmo2-stage2-mix.yaml --output /data/qwen3-stage2
     .venv-core/bin/python scripts/core_train.py configs/olmocore/Qwen3-0.6B-Base-repo.py --nproc-per-node=8 \\
-        --save-folder=/ckpt/qwen3-repo --data-root=/data/qwen3-tokens --load_path=/ckpt/qwen-stage1
+        --save-folder=/ckpt/qwen3-repo --data-root=/data/qwen3-stage2 --load_path=/ckpt/qwen-stage1
 """
 
 import argparse

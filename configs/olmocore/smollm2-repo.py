@@ -18,6 +18,11 @@ clipping 1.0, metrics every step), with:
   - 256-token windows, 4 per step (one micro-batch of 2 per rank), 100 steps, checkpoints every 50;
   - in-loop NIAH off: RULER's multi-key prompts need about 285 tokens or more. With `--sequence-length=512
     --trainer.callbacks.niah.enabled=true` it scores SmolLM2's own haystacks at the start and the end.
+  - the paper's RePo: no index blend, one learning rate and weight decay for every weight. Issue 48's knobs are
+    overrides: `--model.block.sequence_mixer.pe_blend_init=1.0 --model.block.sequence_mixer.pe_blend_steps=100`
+    starts the RePo layers as the RoPE layers they replace and hands over to f_phi over the 100 steps;
+    `--f_phi.lr_multiplier=10` (and `--f_phi.weight_decay=...`) gives f_phi its own; `--f_phi.only=true` trains
+    f_phi alone (docs/configuration.md).
 
     .venv-core/bin/python scripts/smollm2.py --output runs/smollm2-135m
     .venv-core/bin/python scripts/core_convert_from_hf.py --input runs/smollm2-135m --output runs/core/smollm2

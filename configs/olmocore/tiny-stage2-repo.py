@@ -25,6 +25,7 @@ from olmo_core.train.callbacks import CheckpointerCallback, ConfigSaverCallback,
 from olmo_core.train.train_module import TransformerDataParallelConfig, TransformerTrainModuleConfig
 
 from olmo_repo.olmocore import NiahCallbackConfig, with_position_modes
+from olmo_repo.olmocore.train import RepoExperimentConfig
 
 SEQUENCE_LENGTH = 512
 GLOBAL_BATCH_SIZE = 8 * SEQUENCE_LENGTH  # 8 windows of the corpus per step, as the demo
@@ -101,7 +102,7 @@ def build_config(opts: argparse.Namespace, overrides: list[str]) -> ExperimentCo
         .with_callback("wandb", WandBCallback(name=opts.name, enabled=False))  # NOTE: set enabled=True to log
     )
 
-    return ExperimentConfig(
+    return RepoExperimentConfig(  # with the `f_phi` section (the paper's: one lr, one weight decay)
         model=model_config,
         dataset=dataset_config,
         data_loader=data_loader_config,

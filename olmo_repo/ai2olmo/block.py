@@ -4,7 +4,10 @@ Deltas from `olmo.model.OLMoSequentialBlock` (everything else is inherited uncha
 
 - `RepoLayer` (`olmo_repo.rope`): in RePo layers f_phi predicts the positions from the block input x
   [B, T, d_model]; its weights are the block's (`transformer.blocks.N.gate_map.weight`, ...), with OLMo's
-  normal init.
+  normal init. What q and k are rotated by is `RepoLayer.rotation_positions`: those positions blended with
+  each token's index (the index blend's p, which the trainer sets every step), or, as an evaluation-time
+  ablation, the index or no rotation (`position_source`). The index is what stock OLMo's RoPE rotates by:
+  the KV cache's past length + 0..T-1.
 - `attention()` rotates q and k by those positions (RePo) or not at all (NoPE), after the q/k norms and
   *before* the KV cache, so cached keys are already rotated by their own positions (stock OLMo caches
   unrotated keys and re-rotates them by integer index, which a learned position cannot be).
@@ -67,7 +70,11 @@ class RepoSequentialBlock(RepoLayer, OLMoSequentialBlock):
         max_doc_len: int | None = None,
         cu_doc_lens: Tensor | None = None,
     ) -> tuple[Tensor, KVCache | None]:
-        positions = self.predict_positions(x) if self.pe_mode == PositionMode.repo else None  # [B, H_kv, T]
+        positions = None
+        if self.pe_mode == PositionMode.repo:
+            past = 0 if layer_past is None else layer_past[0].shape[-2]
+            index = torch.arange(past, past + x.shape[1], device=x.device)  # [T]: what stock RoPE rotates by
+            positions = self.rotation_positions(x, index)  # [B, H_kv, T] (or [H_kv, T]; None: no rotation)
         bias = BiasAndPositions(attention_bias, positions)
         return super().forward(x, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)  # type: ignore[arg-type]
 

@@ -1,17 +1,22 @@
-"""Configuration: OLMo's config dataclasses plus one position mode per layer.
+"""Configuration: OLMo's config dataclasses plus one position mode per layer and how f_phi is trained.
 
-`RepoModelConfig` adds the keys `pe_mode`, `pe_start_layer`, `pe_layer_ids`; which layers they select, and the
-rules they must follow, are `olmo_repo.modes` (shared with the HF side). The reference fork's keys
-(`model.dynamic_pe_mode`, `model.dynamic_pe_start_layer`, `model.dynamic_pe_layer_ids`, top-level
-`data_prefix`) load too and mean the same thing. As in the reference fork, `data_prefix` is a local copy of
-http://olmo-data.org: the official configs name their data by URL, and with `data_prefix` set those files
-are read from the copy instead.
+`RepoModelConfig` adds the position keys of `olmo_repo.modes.PositionKeys` (`pe_mode`, `pe_start_layer`,
+`pe_layer_ids`, and the index blend's `pe_blend_init`, `pe_blend_steps`), declared there once for every
+config of the project; which layers they select, and the rules they must follow, are `olmo_repo.modes`.
+`RepoTrainConfig` adds the section `f_phi` (`olmo_repo.modes.FPhiTraining`: f_phi's own learning-rate
+multiplier and weight decay, or f_phi alone), as OLMo-core's run config does. The reference fork's keys
+(`model.dynamic_pe_mode`, `model.dynamic_pe_start_layer`, `model.dynamic_pe_layer_ids`,
+`model.dynamic_pe_init_pdrop`, `model.dynamic_pe_dropout_anneal_step`, top-level `data_prefix`) load too and
+mean the same thing. As in the reference fork, `data_prefix` is a local copy of http://olmo-data.org: the
+official configs name their data by URL, and with `data_prefix` set those files are read from the copy
+instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from olmo.aliases import PathOrStr
@@ -19,17 +24,18 @@ from olmo.config import BlockType, DataConfig, EvaluatorConfig, ModelConfig, Tra
 from olmo.exceptions import OLMoConfigurationError
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
-from omegaconf.errors import ConfigKeyError
+from omegaconf.errors import ConfigKeyError, ValidationError
 
-from .. import modes
+from .. import datafolder, modes
 from ..errors import not_a_key
-from ..modes import PositionMode, layer_modes, repo_layer_ids
+from ..modes import FPhiTraining, PositionKeys, PositionMode, layer_modes, repo_layer_ids
 
 __all__ = [
     "PositionMode",
     "RepoEvaluatorConfig",
     "RepoModelConfig",
     "RepoTrainConfig",
+    "f_phi_has_own_group",
     "layer_modes",
     "olmo2_model_config",
     "repo_layer_ids",
@@ -40,18 +46,8 @@ OLMO_DATA_URL = "http://olmo-data.org"
 
 
 @dataclass
-class RepoModelConfig(ModelConfig):
-    """OLMo's `ModelConfig` plus the RePo keys (`pe_*`). Validated on construction."""
-
-    pe_mode: PositionMode = PositionMode.rope
-    """Position mode of the selected layers: rope, nope or repo (an Enum: OmegaConf checks it at load).
-    Unselected layers use rope."""
-
-    pe_start_layer: int = 0
-    """First selected layer, 0-indexed (the paper: 5 for the 16-layer 1B, 10 for the 32-layer 7B)."""
-
-    pe_layer_ids: list[int] | None = None
-    """If set, only these layers (those also >= pe_start_layer) are selected; null selects all of them."""
+class RepoModelConfig(PositionKeys, ModelConfig):
+    """OLMo's `ModelConfig` plus the position keys (`modes.PositionKeys`). Validated on construction."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -67,6 +63,9 @@ class RepoModelConfig(ModelConfig):
                 n_heads=self.n_heads,
                 n_kv_heads=self.effective_n_kv_heads,
                 prefix="model.",
+            )
+            modes.check_index_blend(
+                self.pe_blend_init, self.pe_blend_steps, has_repo=bool(repo_layer_ids(self)), prefix="model."
             )
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None
@@ -139,6 +138,20 @@ class RepoTrainConfig(TrainConfig):
     """A local copy of http://olmo-data.org: `${data_prefix}` in data paths (the reference configs), and
     where data paths under that URL (the official configs) are read from when set."""
 
+    f_phi: FPhiTraining = field(default_factory=FPhiTraining)
+    """How f_phi is trained (`modes.FPhiTraining`): its learning-rate multiplier on the schedule, its own weight
+    decay, or f_phi alone (`--f_phi.lr_multiplier=10`, `--f_phi.weight_decay=0`, `--f_phi.only=true`)."""
+
+    def __post_init__(self) -> None:
+        self.validate_f_phi()
+
+    def validate_f_phi(self) -> None:
+        """Raise one `OLMoConfigurationError` naming the bad `f_phi.*` key (the rule set's message)."""
+        try:
+            self.f_phi.check(has_repo=bool(repo_layer_ids(self.model)))
+        except ValueError as e:
+            raise OLMoConfigurationError(str(e)) from None
+
     @classmethod
     def load(
         cls,
@@ -150,15 +163,16 @@ class RepoTrainConfig(TrainConfig):
         """OLMo's `load`; then, with `data_prefix` set, data paths under `OLMO_DATA_URL` point into it.
 
         An unknown key (in the YAML or an override) raises `OLMoConfigurationError` in one line naming it and
-        the nearest valid key."""
+        the nearest valid key; a value of the wrong type, in one line naming the key."""
         try:
             config = super().load(path, overrides, key, validate_paths)
         except OLMoConfigurationError as e:
-            raise _unknown_key_error(e) from None
+            raise _one_line_error(e) from None
         if config.data_prefix is not None:
             prefix = config.data_prefix.rstrip("/")
             for data in [config.data] + [e.data for e in config.evaluators]:
                 _read_olmo_data_from(data, prefix)
+        _read_data_folders(config.data)
         return config
 
     @classmethod
@@ -169,10 +183,21 @@ class RepoTrainConfig(TrainConfig):
         return config
 
 
-def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
-    """OLMo re-raises OmegaConf's error for an unknown key as its text (three lines of OmegaConf details):
-    say it in one line with the nearest valid key of that dataclass. Any other error is returned as it is."""
+def f_phi_has_own_group(f_phi: FPhiTraining) -> bool:
+    """Whether f_phi gets a param group of its own in OLMo's optimizer: a learning rate or weight decay other
+    than the base's. Otherwise it stays in OLMo's decay group, so the paper's runs and their checkpoints keep
+    OLMo's two groups."""
+    return f_phi.lr_multiplier != 1.0 or f_phi.weight_decay is not None
+
+
+def _one_line_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
+    """OLMo re-raises OmegaConf's errors as their text (three lines of OmegaConf details): an unknown key is
+    said in one line with the nearest valid key of that dataclass, a value of the wrong type in one line
+    naming the key (`model.pe_blend_steps=1.5: Value '1.5' of type 'float' could not be converted to
+    Integer`). Any other error is returned as it is."""
     cause = error.__context__  # OLMo raises inside its `except OmegaConfBaseException`
+    if isinstance(cause, ValidationError) and cause.full_key and not isinstance(cause, ConfigKeyError):
+        return OLMoConfigurationError(f"{cause.full_key}: {str(cause.msg).splitlines()[0]}")
     if not isinstance(cause, ConfigKeyError) or not cause.full_key or not isinstance(cause.key, str):
         return error
     full_key, name = str(cause.full_key), cause.key
@@ -184,6 +209,25 @@ def _unknown_key_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
     )
     owner = getattr(cause.object_type, "__name__", "the config")
     return OLMoConfigurationError(not_a_key(prefix + name, fields, owner))
+
+
+def _read_data_folders(data: DataConfig) -> None:
+    """A `data.paths` entry that is a local folder of `scripts/prepare_data.py` stands for its shards: a data
+    folder's (its data.json), a mix folder's ai2-olmo paths (its mix.json: each source's shards repeated a whole
+    number of times); their ids are uint32 (`data.memmap_dtype`). Other paths are left as they are."""
+    paths: list[str] = []
+    for path in data.paths or []:
+        root = str(path).rstrip("/")
+        if (Path(root) / datafolder.MIX).is_file():
+            paths += datafolder.ai2_olmo_paths(root, datafolder.mix(root))
+        elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
+            paths += datafolder.data_paths(root, datafolder.manifest(root))
+        else:
+            paths.append(path)
+            continue
+        data.memmap_dtype = "uint32"
+    if data.paths:
+        data.paths = paths
 
 
 def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:
@@ -198,14 +242,23 @@ def _read_olmo_data_from(data: DataConfig, prefix: str) -> None:
         data.label_mask_paths = [local(p) for p in data.label_mask_paths]
 
 
+_REFERENCE_KEYS = {
+    "dynamic_pe_mode": "pe_mode",
+    "dynamic_pe_start_layer": "pe_start_layer",
+    "dynamic_pe_layer_ids": "pe_layer_ids",
+    **modes.REFERENCE_BLEND_KEYS,
+}
+"""The reference fork's model keys and the position keys here."""
+
+
 def _translate_reference_keys(model: Any, prefix: str) -> Any:
     """Map the reference fork's `dynamic_pe_*` keys onto `pe_*`, refusing to mix the two spellings."""
     if not isinstance(model, DictConfig):
         return model
-    old = [k for k in ("dynamic_pe_mode", "dynamic_pe_start_layer", "dynamic_pe_layer_ids") if k in model]
+    old = [k for k in _REFERENCE_KEYS if k in model]
     if not old:
         return model
-    mixed = [k for k in ("pe_mode", "pe_start_layer", "pe_layer_ids") if k in model]
+    mixed = [k for k in _REFERENCE_KEYS.values() if k in model]
     if mixed:
         raise OLMoConfigurationError(
             f"{prefix}{old[0]} and {prefix}{mixed[0]} are both set: use the pe_* keys or the reference "
@@ -213,14 +266,13 @@ def _translate_reference_keys(model: Any, prefix: str) -> Any:
         )
     model = model.copy()
     try:
-        if "dynamic_pe_mode" in model:
-            mode = str(model.pop("dynamic_pe_mode"))
-            model.pe_mode = str(modes.reference_mode(mode, f"{prefix}dynamic_pe_mode"))
-        if "dynamic_pe_start_layer" in model:
-            model.pe_start_layer = model.pop("dynamic_pe_start_layer")
-        if "dynamic_pe_layer_ids" in model:  # the reference writes "2,5,8"; "" means all layers
-            ids = model.pop("dynamic_pe_layer_ids")
-            model.pe_layer_ids = modes.parse_layer_ids(ids, f"{prefix}dynamic_pe_layer_ids")
+        for key in old:
+            value = model.pop(key)
+            if key == "dynamic_pe_mode":
+                value = str(modes.reference_mode(str(value), f"{prefix}dynamic_pe_mode"))
+            elif key == "dynamic_pe_layer_ids":  # the reference writes "2,5,8"; "" means all layers
+                value = modes.parse_layer_ids(value, f"{prefix}dynamic_pe_layer_ids")
+            model[_REFERENCE_KEYS[key]] = value
     except ValueError as e:
         raise OLMoConfigurationError(str(e)) from None
     return model

@@ -17,7 +17,7 @@ from transformers import Olmo2Config, Olmo3Config
 
 from ..errors import command
 from ..hf.configuration_repo_olmo2 import RepoOlmo2Config
-from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
+from ..modes import F_PHI_WEIGHTS, PositionMode, index_blend, layer_modes
 from .config import RepoModelConfig
 
 __all__ = [
@@ -75,8 +75,10 @@ def _check_olmo2_shape(config: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value} has no Hugging Face Olmo2 equivalent; allowed: {allowed}")
 
 
-def hf_config_from_olmo(config: ModelConfig) -> Olmo2Config:
-    """The HF config of an OLMo-2-shaped model: `Olmo2Config` if every layer is RoPE, else `RepoOlmo2Config`."""
+def hf_config_from_olmo(config: ModelConfig, step: int = 0) -> Olmo2Config:
+    """The HF config of an OLMo-2-shaped model: `Olmo2Config` if every layer is RoPE, else `RepoOlmo2Config`,
+    which records the index blend's schedule and scores with its p after `step` optimizer steps (the
+    checkpoint's), as training did at that step."""
     _check_olmo2_shape(config)
     mlp_hidden = config.mlp_hidden_size or config.mlp_ratio * config.d_model
     kwargs = dict(
@@ -98,11 +100,15 @@ def hf_config_from_olmo(config: ModelConfig) -> Olmo2Config:
     )
     if all(mode == PositionMode.rope for mode in layer_modes(config)):
         return Olmo2Config(**kwargs)
+    init, steps = config.pe_blend_init, config.pe_blend_steps
     return RepoOlmo2Config(
         **kwargs,
         pe_mode=str(config.pe_mode),
         pe_start_layer=config.pe_start_layer,
         pe_layer_ids=list(config.pe_layer_ids) if config.pe_layer_ids is not None else None,
+        pe_blend_init=float(init),
+        pe_blend_steps=steps,
+        pe_blend=index_blend(init, steps, step),
     )
 
 
@@ -134,9 +140,13 @@ def olmo_config_from_hf(config: Olmo2Config, vocab_size: int | None = None) -> R
             f"rope_parameters.rope_theta={theta} must be an integer for OLMo (model.rope_theta: int)"
         )
     pe = {}
-    if isinstance(config, RepoOlmo2Config):
+    if isinstance(config, RepoOlmo2Config):  # the schedule, not the p it scores with: a new run starts at 0
         pe = dict(
-            pe_mode=config.pe_mode, pe_start_layer=config.pe_start_layer, pe_layer_ids=config.pe_layer_ids
+            pe_mode=config.pe_mode,
+            pe_start_layer=config.pe_start_layer,
+            pe_layer_ids=config.pe_layer_ids,
+            pe_blend_init=float(getattr(config, "pe_blend_init", 0.0)),
+            pe_blend_steps=getattr(config, "pe_blend_steps", 0),
         )
     n_kv = config.num_key_value_heads
     return RepoModelConfig(

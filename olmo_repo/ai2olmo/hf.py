@@ -3,11 +3,14 @@
 - `convert_to_hf(input, output)`: an unsharded OLMo checkpoint (`config.yaml` + `model.pt`; local, http(s)
   or s3://) -> an HF directory: `config.json`, safetensors, tokenizer, generation config and, for a model with
   RePo/NoPE layers, the modeling code (`auto_map`, loadable with `trust_remote_code=True` and nothing but
-  transformers + torch). A model whose layers are all RoPE becomes a plain `olmo2` checkpoint. The input
+  transformers + torch). A model whose layers are all RoPE becomes a plain `olmo2` checkpoint. A run with
+  an index blend records its schedule (`pe_blend_init`, `pe_blend_steps`) and the p of the checkpoint's
+  step (`pe_blend`, from train.pt), so the HF model scores as training did at that step. The input
   may also be a local HF directory in the reference implementation's format (an `olmo2` config.json with
   `pe_config`): it is re-written in this project's format.
 - `convert_from_hf(input, output)`: an HF `olmo2` (stock, e.g. an OLMo-2 stage-1 revision), `repo_olmo2` or
-  reference-format directory -> an unsharded OLMo checkpoint (`config.yaml`, `model.pt`, `train.pt` at step 0)
+  reference-format directory -> an unsharded OLMo checkpoint (`config.yaml`, `model.pt`, `train.pt` at step 0;
+  the blend's schedule carried back, which a run starts at step 0)
   usable as `load_path` (with `reset_optimizer_state: true`: there is no `optim.pt`) and by
   `olmo_repo.checkpoint.load_model`.
 
@@ -35,6 +38,7 @@ from ..hf.formats import read_hf_config
 from ..integrity import require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
 from ..upstream.olmo import make_state_dict_compatible
+from .checkpoint import trained_steps
 from .config import RepoModelConfig, RepoTrainConfig
 from .convert import (
     hf_config_from_olmo,
@@ -92,7 +96,8 @@ def convert_to_hf(
     model_config = RepoModelConfig.load(
         resource_path(input, "config.yaml"), key="model", validate_paths=False
     )
-    hf_config = hf_config_from_olmo(model_config)  # fails on unsupported configs before any heavy work
+    # fails on unsupported configs before any heavy work
+    hf_config = hf_config_from_olmo(model_config, trained_steps(input, model_config))
     identifier = tokenizer or om.select(train_config, "tokenizer.identifier", default=None)
     if identifier is None:
         raise ValueError(f"{input}/config.yaml has no tokenizer.identifier; pass --tokenizer")

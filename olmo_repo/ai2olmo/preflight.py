@@ -33,9 +33,12 @@ from torch.distributed.fsdp import (
     ShardingStrategy,
 )
 
+from .. import datafolder
 from ..errors import command, not_a_length
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
+from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
+from ..vocab import vocabulary_difference
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
         )
     if fsdp:
         problems += _check_fsdp(cfg, world_size, local_world_size)
+    problems += _check_f_phi(cfg)
     if not cuda and cfg.model.init_device == "cuda":
         problems.append("model.init_device=cuda without CUDA: pass --model.init_device=cpu (or meta)")
     if cfg.ddp is not None and cfg.distributed_strategy == DistributedStrategy.ddp:
@@ -137,7 +141,8 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
 
 
 def _check_tokenizer(cfg: TrainConfig) -> list[str]:
-    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise)."""
+    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise), and every
+    data folder of `scripts/prepare_data.py` that `data.paths` reads was made with it and the model's end id."""
     path = Path(cfg.tokenizer.identifier)
     if not path.is_file():  # a Hugging Face Hub name, which OLMo fetches
         return []
@@ -147,7 +152,17 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
         Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for a file that is not one
         return [f"tokenizer.identifier={path} is not a tokenizer file ({e}): pass a tokenizer.json"]
-    return []
+    problems = []
+    for folder in dict.fromkeys(f for p in cfg.data.paths or [] if (f := datafolder.folder_of(p))):
+        data = datafolder.manifest(folder)
+        fix = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
+        if data["eos_token_id"] != cfg.model.eos_token_id:
+            problems.append(f"{folder} ends documents with id {data['eos_token_id']}, but model.eos_token_id="
+                            f"{cfg.model.eos_token_id}: {fix}")  # fmt: skip
+        elif difference := vocabulary_difference(folder / data["tokenizer"], path):
+            problems.append(f"{folder} was made with another tokenizer than tokenizer.identifier={path} "
+                            f"({difference}): {fix}")  # fmt: skip
+    return problems
 
 
 # Why ai2-olmo 0.6.0's other sharded checkpointers fail with torch 2.13 (`olmo_core` works).
@@ -197,6 +212,28 @@ def _check_fsdp(cfg: TrainConfig, world_size: int, local_world_size: int | None)
                 "--fsdp.hybrid_sharding_num_model_replicas, or --distributed_strategy=ddp"
             )
     return problems
+
+
+def _check_f_phi(cfg: TrainConfig) -> list[str]:
+    """The `f_phi` section (the rule set's checks, and what this trainer cannot do): FSDP without
+    `use_orig_params` flattens f_phi's weights with the others, so they can have no lr, weight decay or
+    `requires_grad` of their own."""
+    f_phi = getattr(cfg, "f_phi", None)
+    if f_phi is None:  # a stock TrainConfig
+        return []
+    try:
+        f_phi.check(has_repo=bool(repo_layer_ids(cfg.model)))
+    except ValueError as e:
+        return [str(e)]
+    own = [f"f_phi.only={str(f_phi.only).lower()}"] if f_phi.only else []
+    own += [f"f_phi.lr_multiplier={f_phi.lr_multiplier}"] if f_phi.lr_multiplier != 1.0 else []
+    own += [f"f_phi.weight_decay={f_phi.weight_decay}"] if f_phi.weight_decay is not None else []
+    if own and cfg.distributed_strategy == DistributedStrategy.fsdp and not cfg.fsdp.use_orig_params:
+        return [
+            f"{own[0]} needs --fsdp.use_orig_params=true (FSDP otherwise flattens f_phi's weights with the "
+            "others, which then share one learning rate, weight decay and requires_grad)"
+        ]
+    return []
 
 
 def _check_save_folders(cfg: TrainConfig) -> list[str]:

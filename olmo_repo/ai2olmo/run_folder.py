@@ -3,6 +3,7 @@ whether a folder without a checkpoint is a new run, and `metrics.jsonl` and the 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import re
@@ -29,7 +30,9 @@ from omegaconf import OmegaConf as om
 
 from ..errors import CorruptFileError
 from ..integrity import checkpoint_problems, latest_intact
+from ..modes import FPhiTraining, repo_layer_ids
 from ..output import write_file
+from .config import f_phi_has_own_group
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +100,9 @@ def _flat(config: TrainConfig) -> dict[str, Any]:
 
 def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
     """Compare this run's config with the one `checkpoint` was saved with: a different model is refused with
-    the keys that differ (it would load as a stage-1 init, or fail); other changed keys are logged."""
+    the keys that differ (it would load as a stage-1 init, or fail), and so is a changed `f_phi` section (its
+    param groups and the optimizer state in them are of the saved values), in one line naming both values;
+    other changed keys are logged."""
 
     def changes() -> dict[str, tuple[Any, Any]]:
         saved = _flat(type(cfg).load(resource_path(checkpoint, "config.yaml"), validate_paths=False))
@@ -109,6 +114,12 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         return "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in items.items())
 
     changed = decided_on_rank0(changes)
+    saved = {k.removeprefix("f_phi."): old for k, (old, _) in changed.items() if k.startswith("f_phi.")}
+    if problem := cfg.f_phi.resume_problem(dataclasses.replace(cfg.f_phi, **saved), checkpoint):
+        # the optimizer state is of the saved values
+        raise OLMoConfigurationError(
+            f"{problem} (--load_path={checkpoint} --reset_optimizer_state=true starts from that checkpoint)"
+        )
     model = {k: v for k, v in changed.items() if k.startswith("model.") and k not in _MODEL_RUNTIME_KEYS}
     if model:
         raise OLMoConfigurationError(
@@ -118,6 +129,43 @@ def check_resumed_config(cfg: TrainConfig, checkpoint: str) -> None:
         )
     if changed:
         log.warning("Resuming %s with settings changed since: %s", checkpoint, shown(changed))
+
+
+def check_optimizer_groups(cfg: TrainConfig) -> None:
+    """A `load_path` whose optimizer state is loaded (not `reset_optimizer_state`) must have this run's param
+    groups: f_phi's own (`f_phi_has_own_group`) or not, f_phi alone
+    (`f_phi.only`) or not; else one line saying so (OLMo's loader would fail on an assertion). A stage-1
+    checkpoint (no RePo layers) passes: its state is continued by parameter name (`olmo_repo.ai2olmo.stage1`)."""
+    if cfg.load_path is None or cfg.reset_optimizer_state or getattr(cfg, "f_phi", None) is None:
+        return
+    try:
+        saved = type(cfg).load(resource_path(cfg.load_path, "config.yaml"), validate_paths=False)
+    except FileNotFoundError:  # weights from elsewhere: no optimizer state of this project's
+        return
+    if not repo_layer_ids(saved.model):
+        return
+
+    def layout(f_phi: FPhiTraining) -> str:
+        own = f_phi_has_own_group(f_phi)
+        return f"{'a' if own else 'no'} param group of f_phi's own" + (
+            ", the rest frozen" if f_phi.only else ""
+        )
+
+    if layout(saved.f_phi) != layout(cfg.f_phi):
+        raise OLMoConfigurationError(
+            f"load_path={cfg.load_path} holds an optimizer state with {layout(saved.f_phi)} (f_phi: "
+            f"{_shown(saved.f_phi)}), this run's has {layout(cfg.f_phi)} (f_phi: {_shown(cfg.f_phi)}): pass "
+            "--reset_optimizer_state=true to start the optimizer fresh"
+        )
+
+
+def _shown(f_phi: FPhiTraining) -> str:
+    return ", ".join(f"{f.name}={_yaml(getattr(f_phi, f.name))}" for f in dataclasses.fields(f_phi))
+
+
+def _yaml(value: Any) -> str:
+    """A config value as a `--key=value` override writes it (null, true, 10.0)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def earlier_start_here(cfg: TrainConfig) -> bool:

@@ -99,15 +99,22 @@ def _state_by_name(optim_state: dict[str, Any]) -> tuple[dict[str, Any], set[str
 
 
 def continue_optimizer_state(
-    stage1_optim_state: dict[str, Any], optim: Optimizer, new_params: set[str], *, by_name: bool
+    stage1_optim_state: dict[str, Any],
+    optim: Optimizer,
+    new_params: set[str],
+    *,
+    by_name: bool,
+    frozen: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Optimizer-state surgery: the stage-1 state of every base parameter, no state for `new_params`.
+    """Optimizer-state surgery: the stage-1 state of every base parameter, no state for `new_params`; the
+    stage-1 state of `frozen` parameters (not trained here: `f_phi.only`) is left out.
 
     Returns a state dict for `optim`: int-keyed for `optim.load_state_dict` (DDP), or keyed by parameter
     name for `FSDP.optim_state_dict_to_load` (`by_name=True`). Param-group hyperparameters are the current
     optimizer's (the config's); the trainer resets lr and weight decay from the config anyway.
     """
     stage1, stage1_names = _state_by_name(stage1_optim_state)
+    stage1_names -= frozen
     current = optim.state_dict()
     current_names = {clean_param_name(n) for g in current["param_groups"] for n in g["param_names"]}
     base = current_names - new_params
@@ -220,21 +227,7 @@ class RepoCheckpointer(FullCheckpointer):
         del state_dict
 
         if load_optimizer_state:
-            try:
-                stage1_optim = load_state_dict(
-                    load_path, "optim.pt", local_cache=local_cache, map_location="cpu"
-                )
-            except FileNotFoundError:
-                raise OLMoCheckpointError(
-                    f"{load_path} has no optim.pt: set reset_optimizer_state=true to start the optimizer fresh"
-                ) from None
-            optim_state = continue_optimizer_state(stage1_optim, optim, new_params, by_name=is_fsdp)
-            del stage1_optim
-            if is_fsdp:
-                load_fsdp_optim_state(dist_model, optim, optim_state)
-                _initial_state_for(optim, new_params)
-            else:
-                optim.load_state_dict(optim_state)
+            _continue_optimizer(load_path, dist_model, optim, new_params, local_cache)
         barrier()
 
         try:
@@ -247,3 +240,29 @@ class RepoCheckpointer(FullCheckpointer):
             trainer_state = {}
         barrier()
         return trainer_state
+
+
+def _continue_optimizer(
+    load_path: PathOrStr,
+    dist_model: nn.Module,
+    optim: Optimizer,
+    new_params: set[str],
+    local_cache: PathOrStr | None,
+) -> None:
+    """Load the stage-1 optimizer state into `optim` by surgery (`continue_optimizer_state`): the state of the
+    base parameters it trains, none for `new_params` (FSDP: AdamW's initial state, `_initial_state_for`)."""
+    try:
+        stage1_optim = load_state_dict(load_path, "optim.pt", local_cache=local_cache, map_location="cpu")
+    except FileNotFoundError:
+        raise OLMoCheckpointError(
+            f"{load_path} has no optim.pt: set reset_optimizer_state=true to start the optimizer fresh"
+        ) from None
+    is_fsdp = isinstance(dist_model, FSDP)
+    frozen = {clean_param_name(n) for n, p in dist_model.named_parameters() if not p.requires_grad}
+    optim_state = continue_optimizer_state(stage1_optim, optim, new_params, by_name=is_fsdp, frozen=frozen)
+    del stage1_optim
+    if is_fsdp:
+        load_fsdp_optim_state(dist_model, optim, optim_state)
+        _initial_state_for(optim, new_params)
+    else:
+        optim.load_state_dict(optim_state)

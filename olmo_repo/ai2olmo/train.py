@@ -76,6 +76,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..metrics import METRICS_FILE, trim_metrics
+from ..modes import is_f_phi_param
 from ..ownership import check_free, die_with_launcher, held
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
@@ -86,6 +87,7 @@ from .niah import check_entry, check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .registry import build_model
 from .run_folder import (
+    check_optimizer_groups,
     check_resumed_config,
     decided_on_rank0,
     earlier_start_here,
@@ -214,7 +216,8 @@ def _derive_settings(cfg: TrainConfig) -> None:
 
 def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
     """Point `cfg` at the latest checkpoint of this run (returned), checked against the config, if there is
-    one; then check that the files the load will read are intact."""
+    one; then check that the files the load will read are intact, and that its optimizer state has this run's
+    param groups."""
     resume_from = latest_checkpoint(cfg)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
@@ -222,6 +225,7 @@ def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
         cfg.restore_dataloader = True
         cfg.reset_optimizer_state = cfg.reset_trainer_state = False
     check_load_path_files(cfg)
+    check_optimizer_groups(cfg)
     return resume_from
 
 
@@ -254,9 +258,21 @@ def _build_model(cfg: TrainConfig, device: torch.device) -> tuple[OLMo, DDP | FS
         for block in olmo_model.transformer.blocks:
             block.compile(**cfg.compile.asdict())
     olmo_model.set_activation_checkpointing(cfg.activation_checkpointing)
+    if getattr(cfg, "f_phi", None) is not None and cfg.f_phi.only:
+        _train_f_phi_only(olmo_model)
     dist_model = _wrap(cfg, olmo_model, device)
     log.info("Model:\n%s", dist_model)
     return olmo_model, dist_model
+
+
+def _train_f_phi_only(model: OLMo) -> None:
+    """`f_phi.only`: every weight but f_phi's frozen, before the wrap (DDP and FSDP then leave them out of
+    gradient synchronisation) and before the optimizer is built (OLMo's param groups take only what
+    requires a gradient)."""
+    for name, param in model.named_parameters():
+        param.requires_grad_(is_f_phi_param(name))
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("f_phi.only: f_phi's %s weights trained, every other weight frozen", f"{trained:,d}")
 
 
 def _data_indices(cfg: TrainConfig, rerun: bool) -> Path | None:

@@ -4,7 +4,8 @@ several lengths, or on the paper's suite, with YaRN past the training length (`o
 Every input is checked before any heavy work (the arguments and the model's files before torch, transformers
 or lm-eval load; then that every task can build its prompts at each length with the model's tokenizer); a bad
 one stops the run with one line and nothing written.
-Outputs in `--out`: `results.json`, `results.md` (the table) and, for NIAH, `samples.jsonl` (every sample's
+`--positions index|constant` scores the model with its RePo layers rotating by the token index (RoPE) or by one
+constant position (NoPE) instead of the learned positions. Outputs in `--out`: `results.json`, `results.md` (the table) and, for NIAH, `samples.jsonl` (every sample's
 answers, output and score). `--overwrite` replaces those files in an existing, non-empty `--out`; nothing
 else there is touched. Exit status: 0 done, 1 an error said in one line, 2 a usage error, 130 interrupted.
 """
@@ -28,6 +29,7 @@ from ..eval.variants import (
     parse_tasks,
     parse_yarn,
 )
+from ..modes import PositionSource
 from . import run
 
 # The parser and the checks of the arguments and the model's files use only these light modules: `--help`,
@@ -89,6 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
                    help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
                    "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
+    p.add_argument(
+        "--positions",
+        choices=list(PositionSource.__members__),
+        default=PositionSource.learned.value,
+        help="what the RePo layers rotate q and k by: 'learned' (f_phi's positions, the model as trained; "
+        "default), 'index' (the token index: each RePo layer scores as the RoPE layer it replaced) or "
+        "'constant' (one position for every token: as NoPE). index and constant are an ablation of what the "
+        "learned positions contribute; they set the model's pe_positions at load (both backends) and are "
+        "refused for a model without RePo layers",
+    )
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, samples.jsonl)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace this tool's outputs in a non-empty --out"
@@ -112,6 +124,7 @@ def _request(args: argparse.Namespace) -> EvalRequest:
         dtype=args.dtype,
         device=args.device,
         backend=args.backend,
+        positions=args.positions,
         overwrite=args.overwrite,
     )
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..checkpoint import as_hf_dir
+from ..modes import PositionSource
 from . import run, user_errors
 
 __all__ = ["main"]
@@ -45,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         "--device", default=None, help="torch device for the models (default: cuda if available, else cpu)"
     )
     parser.add_argument(
+        "--positions",
+        choices=list(PositionSource.__members__),
+        default=PositionSource.learned.value,
+        help="'learned' (f_phi's positions; default), or what the RePo layers rotate by when an evaluation "
+        "replaces them (scripts/eval.py --positions): 'index' (the token index, as RoPE) or 'constant' (one "
+        "position for every token, as NoPE), shown instead; refused for a model without RePo layers",
+    )
+    parser.add_argument(
         "--export",
         nargs=2,
         metavar=("PROMPT_TXT", "OUT_HTML"),
@@ -57,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tokens < 1:
         parser.error(f"--max-tokens must be >= 1, got {args.max_tokens}")
     models = [m for m in (args.model, args.model2) if m]
-    options = dict(device=args.device, max_tokens=args.max_tokens, open_model=as_hf_dir)
+    options = dict(
+        device=args.device, max_tokens=args.max_tokens, open_model=as_hf_dir, positions=args.positions
+    )
 
     def explore() -> None:
         from ..explore.run import export_page, serve_explorer

@@ -16,16 +16,17 @@ PROG = "smollm2_recipe.py"
 _EPILOG = """\
 Stages, each a command of the project (docs/smollm2.md), recorded in OUT_DIR: the SmolLM2 directory
 (scripts/smollm2.py), Python's documentation in its tokens with the last topics held out
-(scripts/tokenize_text.py), the stock model as the OLMo-core stage-1 checkpoint (core_convert_from_hf.py), two
-runs of configs/olmocore/smollm2-repo.py on the same batches, RePo in layers 9..29 and RoPE
-(core_train.py --nproc-per-node), their checkpoints in HF form (core_convert_to_hf.py), held-out losses, then
-NIAH, attention mass and learned positions (olmo_repo.eval.report). OUT_DIR/report.md is rewritten as each
+(scripts/tokenize_text.py), the stock model as the OLMo-core stage-1 checkpoint (core_convert_from_hf.py), a run
+of configs/olmocore/smollm2-repo.py per arm on the same batches (core_train.py --nproc-per-node; by default RePo in
+layers 9..29 as the paper runs it, RePo set up to learn its positions, and RoPE), their checkpoints in HF form
+(core_convert_to_hf.py), held-out losses (the RePo arms' also with their positions replaced by the token index
+and by one constant), then NIAH, attention mass and learned positions (olmo_repo.eval.report). OUT_DIR/report.md is rewritten as each
 stage finishes. A rerun skips the stages that finished with the same options and resumes an interrupted
 training run from its checkpoint; changing an option redoes the stages it affects.
 
 Run it in the OLMo-core environment (make install-core), from a checkout:
 
-    .venv-core/bin/python scripts/smollm2_recipe.py                 # runs/smollm2-recipe, ~60 min on 2 cores
+    .venv-core/bin/python scripts/smollm2_recipe.py                 # runs/smollm2-recipe, ~80 min on 2 cores
     .venv-core/bin/python scripts/smollm2_recipe.py --steps 20 --samples 4 runs/recipe-short
 
 Exit codes: 0 done, 1 a stage failed or bad input (one line naming the log or the file), 2 bad arguments,
@@ -34,14 +35,15 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line naming the log or th
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..recipe import Recipe  # light: a dataclass and pathlib
+    from ..recipe import KNOWN_ARMS, Recipe  # light: dataclasses and pathlib
 
     default = Recipe()
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Continue SmolLM2-135M-Instruct (Q4_1 dequantised) on OLMo-core with RePo from its 10th "
-        "layer and, as the control, with RoPE, on the same data for the same steps; report the insertion cost, "
-        "both loss curves, NIAH before and after, and the learned positions.",
+        "layer as the paper runs it, with RePo set up to learn its positions, and, as the control, with RoPE, on "
+        "the same data for the same steps; report the insertion cost, the loss curves, NIAH before and after, "
+        "and the learned positions.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
@@ -93,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
         "written in OUT_DIR)",
     )
     parser.add_argument(
+        "--arms",
+        default=",".join(arm.name for arm in default.arms),
+        help="the runs, comma-separated, each a few overrides of the config on the same batches: "
+        + "; ".join(f"{name} ({' '.join(a.overrides) or 'the paper'})" for name, a in KNOWN_ARMS.items())
+        + f" (default: {','.join(arm.name for arm in default.arms)})",
+    )
+    parser.add_argument(
         "--procs",
         type=int,
         default=default.procs,
@@ -102,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..recipe import Recipe
+    from ..recipe import KNOWN_ARMS, Recipe
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -111,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--lengths {args.lengths}: comma-separated integers, e.g. 1024,2048,4096")
     variants = tuple(v for v in args.variants.split(",") if v)
+    names = [a for a in args.arms.split(",") if a]
+    if unknown := [a for a in names if a not in KNOWN_ARMS] or not names or len(set(names)) < len(names):
+        parser.error(f"--arms {args.arms}: {'unknown ' + ', '.join(unknown) if unknown else 'each arm once'}; "
+                     f"allowed: {', '.join(KNOWN_ARMS)}")  # fmt: skip
     for flag, value in (("--steps", args.steps), ("--samples", args.samples), ("--procs", args.procs),
                         ("--heldout-topics", args.heldout_topics), ("--lengths", min(lengths))):  # fmt: skip
         if value < 1:
@@ -126,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := [v for v in variants if v not in VARIANTS]:
             raise ValueError(f"--variants: unknown {', '.join(unknown)}; allowed: {', '.join(VARIANTS)}")
         options = Recipe(
-            args.steps, args.heldout_topics, lengths, variants, args.samples, args.procs, args.model
-        )
+            args.steps, args.heldout_topics, lengths, variants, args.samples, args.procs, args.model,
+            tuple(KNOWN_ARMS[name] for name in names),
+        )  # fmt: skip
         run_recipe(args.out_dir, options)
 
     return run(PROG, recipe, lambda: (RepoError, ValueError, FileNotFoundError))

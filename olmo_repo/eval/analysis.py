@@ -4,7 +4,8 @@ A report (e.g. `make demo`'s `report.md`) concatenates sections; the figures are
 links are relative to `links_from` (default: `out_dir`), the report's folder.
 
 - `attention_section`: attention mass on needle / query / other tokens of NIAH prompts, per model
-- `positions_section`: chunk patterns, spans against context length, and one head's positions, for a RePo model
+- `positions_section`: chunk patterns, spread and order per layer, spans against context length, and one head's
+  positions, for a RePo model
 - `plot_head_positions`: one key/value head's positions for a text, as a PNG (`scripts/plot_positions.py`)
 """
 
@@ -19,6 +20,7 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..integrity import ModelOpener, hf_dir_as_is
+from ..modes import PositionSource
 from . import plots
 from .attention import Span, attention_mass, attention_mass_table, mean_attention_mass
 from .positions import (
@@ -28,6 +30,8 @@ from .positions import (
     patterns_by_layer,
     span_table,
     spans_by_length,
+    spread_by_layer,
+    spread_table,
     text_positions,
 )
 
@@ -96,11 +100,13 @@ def positions_section(
     out_dir: Path,
     links_from: Path | None = None,
 ) -> Section:
-    """Learned positions of a RePo model on `texts` (each at least max(lengths) tokens): chunk patterns at the
-    longest length, spans per layer x head against the length, and the first text's positions in one head."""
+    """Learned positions of a RePo model on `texts` (each at least max(lengths) tokens): chunk patterns and the
+    spread and order per layer (`spread_by_layer`, as the trainers log them) at the longest length, spans per
+    layer x head against the length, and the first text's positions in one head."""
     out_dir = Path(out_dir)
     longest = max(lengths)
-    patterns = patterns_by_layer(batch_positions(model, tokenizer, texts, longest))
+    positions = batch_positions(model, tokenizer, texts, longest)  # {layer: [B, H_kv, T]}
+    patterns = patterns_by_layer(positions)
     spans = spans_by_length(model, tokenizer, texts, lengths)
     first, tokens = text_positions(model, tokenizer, texts[0], max_tokens=min(longest, 96))
     layer = max(first)  # the last RePo layer, head 0
@@ -123,7 +129,10 @@ def positions_section(
     markdown = (
         ("" if head == "head" else f"Positions are predicted per {head}. ")
         + f"Position patterns (chunks of 16 tokens, eps 0.2) over {len(texts)} texts of {longest} tokens:\n\n"
-        f"{pattern_table(patterns)}\n\nSpans (max - min position) against the context length:\n\n"
+        f"{pattern_table(patterns)}\n\nSpread and order of the positions per layer over the same texts (std, 5th "
+        "and 95th percentile of every value; rank_corr: Spearman's correlation with the token index, averaged "
+        "over texts and heads: 1 is RoPE's order, 0 none):\n\n"
+        f"{spread_table(spread_by_layer(positions))}\n\nSpans (max - min position) against the context length:\n\n"
         f"{span_table(spans)}\n\n" + "".join(f"![{f.stem}]({_link(f, links_from)})\n" for f in figures)
     )
     return Section(markdown, figures)
@@ -140,20 +149,23 @@ def plot_head_positions(
     device: str | None = None,
     force: bool = False,
     open_model: ModelOpener = hf_dir_as_is,
+    positions: str = PositionSource.learned,
 ) -> Path:
     """Plot the positions that key/value head `head` of RePo layer `layer` (default: the first) predicts for the
     first `max_tokens` tokens of `text` against the token index, each token as a label, into the PNG `out`
     (replaced only with `force`, and only if it is a PNG). `model_dir`: an HF directory of a RePo model (any
     family), opened by `open_model` (`scripts/plot_positions.py` passes `olmo_repo.checkpoint.as_hf_dir`, which
     takes an ai2-olmo checkpoint too). Grouped-query attention: one position per key/value
-    head, shared by its query heads. Raises ValueError naming the layer or head; nothing is written then."""
+    head, shared by its query heads. `positions` replaces them (`loading.position_overrides`: index, constant), and
+    the plot shows what the layer rotates by instead. Raises ValueError naming the layer or head; nothing is
+    written then."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..integrity import require_model_dir
     from ..modes import repo_layer_ids
     from ..output import PNG_SIGNATURE, check_replaceable_file
-    from .loading import read_config
+    from .loading import position_overrides, read_config
 
     check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
     require_model_dir(
@@ -164,20 +176,20 @@ def plot_head_positions(
         config = read_config(hf_dir)  # the one reader: any family, its position keys and f_phi checked
         if not repo_layer_ids(config):  # before the weights load
             raise ValueError(f"{model_dir} has no RePo layer: there are no learned positions to plot")
+        config.update(position_overrides(config, positions, f"{model_dir}/config.json"))
         model = AutoModelForCausalLM.from_pretrained(hf_dir, config=config, dtype=torch.float32).to(device)
         tokenizer = AutoTokenizer.from_pretrained(hf_dir)
-    positions, tokens = text_positions(model, tokenizer, text, max_tokens)  # {layer: [H_kv, T]}
-    layer = min(positions) if layer is None else layer
-    if layer not in positions:
-        raise ValueError(
-            f"layer {layer} is not a RePo layer of {model_dir}; RePo layers: {sorted(positions)}"
-        )
-    n_heads = positions[layer].shape[0]
+    by_layer, tokens = text_positions(model, tokenizer, text, max_tokens)  # {layer: [H_kv, T]}
+    layer = min(by_layer) if layer is None else layer
+    if layer not in by_layer:
+        raise ValueError(f"layer {layer} is not a RePo layer of {model_dir}; RePo layers: {sorted(by_layer)}")
+    n_heads = by_layer[layer].shape[0]
     if not 0 <= head < n_heads:
         raise ValueError(
             f"head {head} is out of range: the model has {n_heads} key/value heads (0..{n_heads - 1}), one "
             "position each"
         )
-    z = positions[layer][head]  # [T]
-    title = f"{Path(model_dir).name}: layer {layer}, key/value head {head}, {len(tokens)} tokens, span {z.max() - z.min():.2f}"
+    z = by_layer[layer][head]  # [T]
+    replaced = "" if positions == PositionSource.learned else f" ({positions} positions)"
+    title = f"{Path(model_dir).name}{replaced}: layer {layer}, key/value head {head}, {len(tokens)} tokens, span {z.max() - z.min():.2f}"
     return plots.plot_positions(z, tokens, out, title=title)

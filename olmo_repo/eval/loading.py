@@ -18,7 +18,12 @@ long-context models do, YaRN scales the full-attention layers' only: a sliding-w
   (`default`) or rescales a YaRN one from its original length; it is not stacked on another scaling (`llama3`,
   `linear`, ...): past such a model's length that is one ValueError, and `yarn="off"` evaluates it there with
   its own scaling.
-- `load_model(hf_dir, length, yarn, dtype, device)`: the model in eval mode, with YaRN where the factor says.
+- `position_overrides(config, positions)`: the config key (`pe_positions`) that replaces the positions of RePo
+  layers at evaluation (`--positions`: the token index, RoPE; one constant position, NoPE), checked as the
+  config checks it (`modes.check_scored_positions`: refused for a model without RePo layers). The one place the
+  evaluation, the analyses and the explorer set it, on HF (`from_pretrained`) and vLLM (`hf_overrides`) alike.
+- `load_model(hf_dir, length, yarn, dtype, device, positions)`: the model in eval mode, with YaRN where the
+  factor says and its RePo layers' positions as `positions` says.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from olmo_repo.hf import DTYPES, read_hf_config
 from olmo_repo.hf.formats import ALL_MODEL_TYPES
 
+from ..modes import PositionSource, ScoredPositionKeys, check_scored_positions, repo_layer_ids
 from .variants import parse_yarn  # light: the command checks --yarn before importing this module
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "YARN_REPLACES",
     "load_model",
     "parse_yarn",
+    "position_overrides",
     "read_config",
     "training_length",
     "yarn_factor",
@@ -90,13 +97,34 @@ def load_model(
     yarn: str | float = "auto",
     dtype: str = "float32",
     device: str = "cpu",
+    positions: str = PositionSource.learned,
 ) -> PreTrainedModel:
-    """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), in eval mode. Its
-    config is read and checked as every reader of an HF directory does (`read_config`: a family not taken, a
-    misspelt position key, f_phi weights that do not fit): ValueError naming the file."""
-    overrides = yarn_overrides(read_config(hf_dir), length, yarn, source=f"{hf_dir}/config.json")
+    """The causal LM in `hf_dir` for a `length`-token context (YaRN per `yarn_factor`), its RePo layers rotating
+    by `positions` (`position_overrides`), in eval mode. Its config is read and checked as every reader of an HF
+    directory does (`read_config`: a family not taken, a misspelt position key, f_phi weights that do not fit):
+    ValueError naming the file."""
+    config, source = read_config(hf_dir), f"{hf_dir}/config.json"
+    overrides = yarn_overrides(config, length, yarn, source) | position_overrides(config, positions, source)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=DTYPES[dtype], **overrides)
     return model.to(device).eval()
+
+
+def position_overrides(
+    config: PretrainedConfig, positions: str = PositionSource.learned, source: str = "config.json"
+) -> dict:
+    """The config key that makes the RePo layers of `config`'s model rotate by `positions`
+    (`modes.PositionSource`): learned (f_phi's, the model as trained), index (the token index: each RePo layer
+    scores as the RoPE layer it replaced) or constant (one position for every token: as NoPE), an ablation of what
+    the learned positions contribute; empty for a model without RePo layers scored as it is. Anything else, or a
+    replacement in a model without RePo layers, is one ValueError naming `source` (`modes.check_scored_positions`,
+    the config's own check)."""
+    has_repo = bool(repo_layer_ids(config))
+    try:
+        blend = getattr(config, "pe_blend", ScoredPositionKeys.pe_blend)
+        check_scored_positions(blend, positions, has_repo=has_repo)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    return {"pe_positions": str(positions)} if has_repo else {}
 
 
 def yarn_overrides(

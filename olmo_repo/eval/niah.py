@@ -71,6 +71,7 @@ __all__ = [
     "lm_eval_dataset",
     "markdown_table",
     "niah_samples",
+    "percent_cell",
     "score",
 ]
 
@@ -363,17 +364,21 @@ def markdown_table(scores: Mapping[str, Mapping[int, float]], samples: int | Non
     also gives its 95% interval (`olmo_repo.eval.intervals`; the average's over the samples of its column)."""
     lengths = sorted({length for row in scores.values() for length in row})
     rows = [
-        [variant, *(_pct(row.get(length), samples) for length in lengths)] for variant, row in scores.items()
+        [variant, *(percent_cell(row.get(length), samples) for length in lengths)]
+        for variant, row in scores.items()
     ]
     averages = [[row[length] for row in scores.values() if length in row] for length in lengths]
-    rows.append(["**average**", *(_pct(sum(a) / len(a), samples and samples * len(a)) for a in averages)])
+    rows.append(
+        ["**average**", *(percent_cell(sum(a) / len(a), samples and samples * len(a)) for a in averages)]
+    )
     table = tables.markdown_table(["variant", *map(str, lengths)], rows) + "\n"
     if samples:
         table += f"\n{samples} sample{'s' * (samples != 1)} per cell; in brackets the 95% interval (Wilson) of each score.\n"
     return table
 
 
-def _pct(value: float | None, samples: int | None = None) -> str:
+def percent_cell(value: float | None, samples: int | None = None) -> str:
+    """A score in [0, 1] as a table cell in percent, with its 95% interval (Wilson) over `samples` if given."""
     if value is None:
         return ""
     if not samples:

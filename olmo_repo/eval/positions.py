@@ -16,9 +16,16 @@ positions use (the paper: it grows with the context but stays far below it; RoPE
 `spans_by_length` measures it at several context lengths in one forward pass: the model is causal, so the
 positions of the first T tokens of a longer input are those of the T-token input.
 
-`text_positions`, `batch_positions` and `spans_by_length` run an HF RePo model of any family (`repo_olmo2`,
-`repo_olmo3`, `repo_llama`, `repo_qwen3`: `output_positions=True`, one position per key/value head); the rest is
-plain tensor arithmetic on {layer: positions [B, H, T]}.
+The spread and order of a layer's positions (`spread_by_layer`) are what the trainers log every step
+(`olmo_repo.rope.spread`, `modes.POSITION_STATS`): min, max, std, 5th and 95th percentile over every value, and
+Spearman's rank correlation of each (sequence, head) row with the token index, averaged (1: ordered as the
+tokens, as RoPE's positions; 0: unrelated), so a report and a training log mean the same thing.
+
+`model_positions` (and through it `text_positions`, `batch_positions`, `spans_by_length`) runs an HF RePo model of
+any family (`repo_olmo2`, `repo_olmo3`, `repo_llama`, `repo_qwen3`: `output_positions=True`, one position per
+key/value head). A model whose positions are replaced at evaluation (`pe_positions`: index or constant) predicts
+none; its layers rotate by the token index or one position for every token, which is what it shows instead. The
+rest is plain tensor arithmetic on {layer: positions [B, H, T]}.
 """
 
 from __future__ import annotations
@@ -30,13 +37,15 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..modes import repo_layer_ids
+from ..modes import POSITION_STATS, PositionSource
+from ..rope import repo_layers, spread
 from ..tables import markdown_table
 
 __all__ = [
     "PATTERNS",
     "batch_positions",
     "heads_of_positions",
+    "model_positions",
     "pattern_counts",
     "pattern_table",
     "patterns_by_layer",
@@ -44,6 +53,8 @@ __all__ = [
     "position_spans",
     "span_table",
     "spans_by_length",
+    "spread_by_layer",
+    "spread_table",
     "text_positions",
 ]
 
@@ -113,12 +124,21 @@ def pattern_table(patterns: Mapping[int | str, Mapping[str, float]]) -> str:
 
 
 @torch.no_grad()
-def _predict(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
-    """{layer: positions [B, H, T] on the CPU} of the model's RePo layers."""
-    if not repo_layer_ids(model.config):
+def model_positions(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
+    """{layer: positions [B, H_kv, T] float32 on the CPU} of the RePo layers of an HF model (a causal LM or its
+    decoder) for unpadded token ids [B, T]: f_phi's, or, where `pe_positions` replaces them (index, constant), what
+    the layers rotate by instead, with no forward (`RepoLayer.rotation_positions`: the token index; one position,
+    0, for every token, which rotates as none)."""
+    layers = repo_layers(model)
+    if not layers:
         raise ValueError(
             f"{type(model).__name__} has no RePo layer: there are no learned positions to analyse"
         )
+    if layers[0].position_source != PositionSource.learned:
+        index = torch.arange(ids.shape[-1]).expand(ids.shape)  # [B, T]
+        shape = (*ids.shape[:-1], len(layers[0].f_phi_rows), ids.shape[-1])  # [B, H_kv, T]
+        replaced = {layer.layer_id: layer.rotation_positions(None, index) for layer in layers}
+        return {i: torch.zeros(shape) if z is None else z.float() for i, z in sorted(replaced.items())}
     was_training = model.training
     model.eval()
     try:
@@ -144,7 +164,7 @@ def text_positions(
     ids = enc["input_ids"][:max_tokens]
     if not ids:
         raise ValueError("the text has no token")
-    positions = _predict(model, torch.tensor([ids]))
+    positions = model_positions(model, torch.tensor([ids]))
     labels = [
         text[a:b] if b > a else tokenizer.convert_ids_to_tokens(i)
         for i, (a, b) in zip(ids, enc["offset_mapping"])
@@ -160,7 +180,7 @@ def batch_positions(
     shortest = min(len(i) for i in ids)
     if n_tokens < 1 or shortest < n_tokens:
         raise ValueError(f"need {n_tokens} tokens from every text; the shortest has {shortest}")
-    return _predict(model, torch.tensor([i[:n_tokens] for i in ids]))
+    return model_positions(model, torch.tensor([i[:n_tokens] for i in ids]))
 
 
 def spans_by_length(
@@ -197,3 +217,17 @@ def span_table(spans: Mapping[int, Mapping[int, Tensor]]) -> str:
             [n, n - 1, f"{all_heads.mean().item():.2f}", f"{largest:.2f}", f"{largest / max(n - 1, 1):.3f}"]
         )
     return markdown_table(["length T", "RoPE span (T - 1)", "mean span", "max span", "max / (T - 1)"], rows)
+
+
+def spread_by_layer(positions: Mapping[int, Tensor]) -> dict[int, dict[str, float]]:
+    """`rope.spread` of every layer's positions ({layer: [B, H, T]}): {layer: {stat: value}} for each of
+    `modes.POSITION_STATS`, the statistics the trainers log."""
+    if not positions:
+        raise ValueError("no positions given (the model has no RePo layer?)")
+    return {layer: spread(z) for layer, z in sorted(positions.items())}
+
+
+def spread_table(stats: Mapping[int, Mapping[str, float]]) -> str:
+    """`spread_by_layer`'s result as a Markdown table: one row per layer, a column per `modes.POSITION_STATS`."""
+    rows = [[layer, *(f"{by_stat[stat]:.3f}" for stat in POSITION_STATS)] for layer, by_stat in stats.items()]
+    return markdown_table(["layer", *POSITION_STATS], rows)

@@ -8,8 +8,12 @@ by one, for a caller that records them (`make demo`):
   `olmo_repo.eval.loading`), per variant and averaged, with the score-against-length plot
 - attention mass of the last prompt token on needle / query / other tokens of NIAH prompts at the training
   length (`olmo_repo.eval.attention`), per model
-- for every model with RePo layers: chunk patterns, spans against context length and one head's positions
-  (`olmo_repo.eval.positions`)
+- for every model with RePo layers: chunk patterns, spread and order per layer (std, 5th-95th percentile, rank
+  correlation with the token index, as the trainers log them), spans against context length and one head's
+  positions (`olmo_repo.eval.positions`)
+- with `replaced`, for every model with RePo layers: how much the learned positions matter, NIAH and attention
+  mass with the RePo layers' positions replaced at evaluation by the token index (RoPE) and by one constant
+  position (NoPE) beside the learned ones (`replacement_table`; `scripts/eval.py --positions`)
 - training cost: parameters and 6 N D FLOPs of the models' configs for a token count (`olmo_repo.flops`)
 
 Sections the caller measured itself (e.g. a training table) go in first through `preamble`. The report is
@@ -29,14 +33,31 @@ from transformers import AutoTokenizer
 
 from .. import output
 from ..hf.params import hf_parameter_count
-from ..modes import repo_layer_ids
+from ..modes import PositionSource, repo_layer_ids
 from ..tables import markdown_table
 from . import niah, plots
 from .analysis import NeedlePrompt, attention_section, positions_section
+from .attention import attention_mass, attention_mass_table, mean_attention_mass
 from .loading import load_model, read_config, training_length, yarn_factor
 from .variants import RULER_SEED
 
-__all__ = ["niah_scores", "niah_section", "report_sections", "write_report"]
+__all__ = [
+    "REPLACEMENT_NOTE",
+    "niah_scores",
+    "niah_section",
+    "replacement_scores",
+    "replacement_table",
+    "report_sections",
+    "write_report",
+]
+
+REPLACEMENT_NOTE = (
+    "How much the learned positions matter: the same prompts scored with the RePo layers' positions replaced at "
+    "evaluation by the token index (index: each RePo layer scores as the RoPE layer it replaced) and by one "
+    "constant position (constant: as NoPE), f_phi unused (`scripts/eval.py --positions`); learned - index and "
+    "learned - constant in points."
+)
+"""What a replacement table compares, for the text above it."""
 
 
 def niah_scores(
@@ -45,13 +66,16 @@ def niah_scores(
     variants: Sequence[str],
     samples: int,
     seed: int = RULER_SEED,
+    positions: str = PositionSource.learned,
 ) -> dict[str, dict[str, dict[int, float]]]:
-    """{model: {variant: {length: score}}}: each model loaded for each length (YaRN past its training length)."""
+    """{model: {variant: {length: score}}}: each model loaded for each length (YaRN past its training length),
+    its RePo layers rotating by `positions` (`loading.position_overrides`)."""
     runs = [(name, length) for name in models for length in lengths]
     out: dict[str, dict[str, dict[int, float]]] = {name: {v: {} for v in variants} for name in models}
-    for name, length in tqdm(runs, desc="NIAH", unit="run"):
+    desc = "NIAH" if positions == PositionSource.learned else f"NIAH, {positions} positions"
+    for name, length in tqdm(runs, desc=desc, unit="run"):
         tokenizer = AutoTokenizer.from_pretrained(models[name])
-        model = load_model(models[name], length)
+        model = load_model(models[name], length, positions=positions)
         scores, _ = niah.evaluate(model, tokenizer, length, variants=variants, samples=samples, seed=seed)
         for variant, by_length in scores.items():
             out[name][variant].update(by_length)
@@ -107,6 +131,72 @@ def niah_section(
     )
 
 
+def replacement_scores(
+    model: Path,
+    lengths: Sequence[int],
+    variants: Sequence[str],
+    samples: int,
+    seed: int = RULER_SEED,
+) -> dict[str, dict[str, dict[int, float]]]:
+    """{position source: {variant: {length: score}}} of the RePo model in `model` (an HF directory): NIAH with its
+    RePo layers rotating by the learned positions, the token index and one constant position, the input of
+    `replacement_table`."""
+    return {
+        str(source): niah_scores({"model": model}, lengths, variants, samples, seed, source)["model"]
+        for source in PositionSource
+    }
+
+
+def replacement_table(
+    scores: Mapping[str, Mapping[str, Mapping[int, float]]], samples: int | None = None
+) -> str:
+    """How much the learned positions matter, as a Markdown table (`REPLACEMENT_NOTE` says what it compares).
+
+    `scores`: {position source (learned, index, constant: `modes.PositionSource`): {variant: {length: score in
+    [0, 1]}}}, e.g. NIAH's (`replacement_scores`) or any per-variant score of the same prompts under each source.
+    One row per variant and length, then the average over the variants per length: a column per source given (in
+    percent; with `samples` per cell, its 95% interval, Wilson), and learned - index, learned - constant in points
+    where both are given."""
+    sources = [str(s) for s in PositionSource if str(s) in scores]
+    if not sources:
+        raise ValueError(f"no scores of a position source ({', '.join(PositionSource.__members__)}) given")
+    variants = list(dict.fromkeys(v for source in sources for v in scores[source]))
+    lengths = sorted({n for source in sources for row in scores[source].values() for n in row})
+    others = [s for s in sources if s != PositionSource.learned] if PositionSource.learned in sources else []
+    rows = []
+    for variant in [*variants, None]:  # None: the average over the variants
+        for n in lengths:
+            cells = {s: _score(scores[s], variant, n) for s in sources}
+            count = samples and samples * (len(variants) if variant is None else 1)
+            rows.append(
+                [
+                    variant or "**average**",
+                    n,
+                    *(niah.percent_cell(cells[s], count) for s in sources),
+                    *(_points(cells[PositionSource.learned], cells[s]) for s in others),
+                ]
+            )
+    header = ["variant", "length", *sources, *(f"learned - {s}" for s in others)]
+    table = markdown_table(header, rows) + "\n"
+    if samples:
+        table += (
+            f"\n{samples} sample{'s' * (samples != 1)} per cell; in brackets the 95% interval (Wilson).\n"
+        )
+    return table
+
+
+def _score(by_variant: Mapping[str, Mapping[int, float]], variant: str | None, length: int) -> float | None:
+    """A variant's score at `length`, or (variant None) the mean over the variants scored there."""
+    if variant is not None:
+        return by_variant.get(variant, {}).get(length)
+    scored = [row[length] for row in by_variant.values() if length in row]
+    return sum(scored) / len(scored) if scored else None
+
+
+def _points(learned: float | None, other: float | None) -> str:
+    return "" if learned is None or other is None else f"{100 * (learned - other):+.1f}"
+
+
 def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
     rows = []
     for name, hf_dir in models.items():
@@ -134,14 +224,17 @@ def report_sections(
     tokens: int | None = None,
     seed: int = RULER_SEED,
     lengths: Sequence[int] | None = None,
+    replaced: bool = False,
     done: int = 0,
 ) -> Iterator[str]:
     """Evaluate `models` ({name: HF directory of any family}, the same training length) and yield each Markdown section of
     the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
     `groups` ({name: variants}) averages NIAH per group (default: one group, `variants`). `tokens`: the token
     count of the FLOPs table (none: no table). `lengths`: NIAH's context lengths (default: the training length,
-    2x and 4x); the attention and position analyses run at the first. `done`: how many sections the caller holds already from an
-    interrupted evaluation with the same inputs (with their figures); those are neither computed nor yielded."""
+    2x and 4x); the attention and position analyses run at the first. `replaced`: a section per RePo model on how
+    much its learned positions matter (NIAH and attention mass with them replaced by the token index and by one
+    constant position). `done`: how many sections the caller holds already from an interrupted evaluation with the
+    same inputs (with their figures); those are neither computed nor yielded."""
     configs = {name: read_config(d) for name, d in models.items()}
     trained = {training_length(c) for c in configs.values()}
     if len(trained) != 1:
@@ -153,23 +246,31 @@ def report_sections(
     length = lengths[0]  # the attention and position analyses' context
     groups = groups or {"all": list(variants)}
     variants = [v for group in groups.values() for v in group]
+    repo = [name for name, config in configs.items() if repo_layer_ids(config)]
 
     @cache
     def loaded() -> dict[str, tuple[Any, Any]]:
         return {name: (load_model(d, length), AutoTokenizer.from_pretrained(d)) for name, d in models.items()}
 
-    def needles() -> str:
-        scores = niah_scores(models, lengths, variants, samples, seed)
-        return f"## Needle in a haystack\n\n{niah_section(scores, training, figures, groups, samples)}"
+    @cache
+    def scored(name: str, positions: PositionSource) -> dict[str, dict[int, float]]:
+        return niah_scores({name: models[name]}, lengths, variants, samples, seed, positions)[name]
 
-    def attention() -> str:
+    @cache
+    def prompts() -> list[NeedlePrompt]:
         tokenizer = next(iter(loaded().values()))[1]
-        prompts = [
+        return [
             NeedlePrompt(s.prompt, s.needle_spans, s.query_span)
             for v in variants
             for s in niah.niah_samples(tokenizer, v, length, n=max(1, samples // 4), seed=seed)
         ]
-        section = attention_section(loaded(), prompts, figures, links_from=figures.parent)
+
+    def needles() -> str:
+        scores = {name: scored(name, PositionSource.learned) for name in models}
+        return f"## Needle in a haystack\n\n{niah_section(scores, training, figures, groups, samples)}"
+
+    def attention() -> str:
+        section = attention_section(loaded(), prompts(), figures, links_from=figures.parent)
         return f"## Attention mass\n\n{section.markdown}"
 
     def positions(name: str) -> str:
@@ -179,12 +280,44 @@ def report_sections(
         section = positions_section(name, model, tokenizer, texts, span_lengths, figures, figures.parent)
         return f"## Learned positions: {name}\n\n{section.markdown}"
 
-    sections: list[Callable[[], str]] = [needles, attention]
-    sections += [partial(positions, name) for name, config in configs.items() if repo_layer_ids(config)]
+    def replacement(name: str) -> str:
+        scores = {str(source): scored(name, source) for source in PositionSource}
+        return _replacement_section(name, models[name], loaded()[name], scores, prompts(), length, samples)
+
+    sections: list[Callable[[], str]] = [needles, attention, *(partial(positions, name) for name in repo)]
+    sections += [partial(replacement, name) for name in repo] if replaced else []
     if tokens is not None:
         sections.append(lambda: f"## Training cost\n\n{_flops_markdown(models, tokens)}")
     for section in sections[done:]:
         yield section()
+
+
+def _replacement_section(
+    name: str,
+    model_dir: Path,
+    learned: tuple[Any, Any],
+    scores: Mapping[str, Mapping[str, Mapping[int, float]]],
+    prompts: Sequence[NeedlePrompt],
+    length: int,
+    samples: int,
+) -> str:
+    """The section of `report_sections(replaced=True)` for one RePo model: `replacement_table` of its NIAH
+    `scores` per position source, and the attention mass of `prompts` at `length` tokens under each source (the
+    learned one from the loaded `learned` (model, tokenizer), the others loaded with theirs replaced)."""
+    model, tokenizer = learned
+    masses = {}
+    for source in PositionSource:
+        scorer = (
+            model if source == PositionSource.learned else load_model(model_dir, length, positions=source)
+        )
+        masses[str(source)] = mean_attention_mass(
+            [attention_mass(scorer, tokenizer, p.prompt, p.needle_spans, p.query_span) for p in prompts]
+        )
+    return (
+        f"## Positions replaced: {name}\n\n{REPLACEMENT_NOTE}\n\nNIAH, percent of gold values found:\n\n"
+        f"{replacement_table(scores, samples)}\nAttention of the last prompt token at {length} tokens, mean weight per "
+        f"token (x1e-2), the attention section's {len(prompts)} prompt(s):\n\n{attention_mass_table(masses)}\n"
+    )
 
 
 def write_report(
@@ -198,13 +331,16 @@ def write_report(
     samples: int = 20,
     tokens: int | None = None,
     seed: int = RULER_SEED,
+    replaced: bool = False,
 ) -> Path:
     """Evaluate `models` ({name: HF directory}, the same training length) and write the Markdown file `report`,
     its PNG figures in `figures/` beside it; returns `report`. The options are `report_sections`'. The file is
     rewritten as each section is ready, so an interrupted evaluation leaves the sections before it."""
     report = Path(report)
     sections = [f"# {title}\n" if title else "", preamble]
-    options = dict(variants=variants, groups=groups, samples=samples, tokens=tokens, seed=seed)
+    options = dict(
+        variants=variants, groups=groups, samples=samples, tokens=tokens, seed=seed, replaced=replaced
+    )
     for section in report_sections(models, report.parent / "figures", **options):
         sections.append(section)
         output.write_file(report, "\n".join(s.rstrip() + "\n" for s in sections if s))

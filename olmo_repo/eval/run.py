@@ -1,6 +1,8 @@
 """`scripts/eval.py`'s work: check a request, evaluate it length by length, write its results.
 
-- `EvalRequest`: what to evaluate, as the command's flags say it (parsed by `olmo_repo.eval.variants`).
+- `EvalRequest`: what to evaluate, as the command's flags say it (parsed by `olmo_repo.eval.variants`); its
+  `positions` replaces the positions of RePo layers (`loading.position_overrides`: the token index or one
+  constant position), on either backend, for an ablation of what the learned positions contribute.
 - `check_request(request)`: the request and the model's files, before torch, transformers or lm-eval load.
 - `evaluate_request(request) -> Evaluation`: every input checked first (the tokenizer, and that every task
   builds its prompts at each length), then per length the model loaded (YaRN past its training length) on
@@ -27,6 +29,7 @@ from typing import Any
 from .. import output
 from ..errors import RepoError
 from ..integrity import ModelOpener, hf_dir_as_is, require_model_dir
+from ..modes import PositionSource
 from .intervals import wilson_interval
 from .variants import NIAH_LENGTHS, RULER_SAMPLES, RULER_SEED, VARIANTS
 
@@ -61,6 +64,7 @@ class EvalRequest:
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     device: str | None = None  # None: cuda if available, else cpu
     backend: str = "hf"
+    positions: str = PositionSource.learned  # what RePo layers rotate by (`loading.position_overrides`)
     overwrite: bool = False
 
 
@@ -99,7 +103,7 @@ def evaluate_request(request: EvalRequest, open_model: ModelOpener = hf_dir_as_i
     import torch
 
     from ..upstream import lm_eval
-    from .loading import read_config, training_length, yarn_overrides
+    from .loading import position_overrides, read_config, training_length, yarn_overrides
 
     lm_eval.quiet()  # lm-eval's per-task notes on custom datasets are noise here; its errors still show
     device = request.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -108,8 +112,10 @@ def evaluate_request(request: EvalRequest, open_model: ModelOpener = hf_dir_as_i
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     with open_model(request.model) as hf_dir:
         config = read_config(hf_dir)  # a family evaluation does not take: one line, before the tokenizer
+        source = f"{request.model}/config.json"
+        position_overrides(config, request.positions, source)  # replaced positions without RePo layers
         for length in request.lengths:  # a length YaRN cannot reach (a RoPE scaled otherwise): before weights
-            yarn_overrides(config, length, request.yarn, source=f"{request.model}/config.json")
+            yarn_overrides(config, length, request.yarn, source)
         tokenizer = _tokenizer(request.model, hf_dir)
         stages, refused = plan_stages(request)
         check_prompts(request, tokenizer, stages)  # a length a task cannot build stops here, before weights
@@ -167,6 +173,7 @@ def _results_head(request: EvalRequest, training: int) -> dict[str, Any]:
     return {
         "model": str(request.model),
         "mode": "suite:paper" if request.suite else "niah",
+        "positions": str(request.positions),
         "training_length": training,
         "samples": request.samples,
         "seed": request.seed,
@@ -219,14 +226,15 @@ def evaluate_length(
 
 
 def load_backend(request: EvalRequest, hf_dir: Path, length: int, dtype: str, device: str) -> Any:
-    """The model at `length` (YaRN per `request.yarn`): transformers', or lm-eval's vLLM model."""
+    """The model at `length` (YaRN per `request.yarn`, RePo layers rotating by `request.positions`):
+    transformers', or lm-eval's vLLM model."""
     if request.backend == "vllm":
         from .vllm_backend import load_vllm
 
-        return load_vllm(hf_dir, length, request.yarn, dtype, request.batch_size)
+        return load_vllm(hf_dir, length, request.yarn, dtype, request.batch_size, positions=request.positions)
     from .loading import load_model
 
-    return load_model(hf_dir, length, request.yarn, dtype, device)
+    return load_model(hf_dir, length, request.yarn, dtype, device, request.positions)
 
 
 def release_backend(request: EvalRequest, model: Any) -> None:
@@ -239,7 +247,11 @@ def release_backend(request: EvalRequest, model: Any) -> None:
 
 def results_table(results: dict[str, Any]) -> str:
     """The Markdown of `results.md`: NIAH's table (percent, with the average), or one row per suite task."""
-    head = f"# {results['mode']} on {results['model']}\n\n"
+    positions = results.get("positions", PositionSource.learned)
+    replaced = (
+        "" if positions == PositionSource.learned else f", RePo layers rotating by the {positions} position"
+    )
+    head = f"# {results['mode']} on {results['model']}{replaced}\n\n"
     if results["mode"] == "niah":
         from .niah import markdown_table
 

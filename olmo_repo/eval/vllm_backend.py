@@ -1,8 +1,9 @@
 """`scripts/eval.py --backend vllm`: the same lm-eval tasks, prompts and scorer as `--backend hf`, run by
 lm-eval's vLLM backend (`lm_eval.models.vllm_causallms.VLLM`) over this project's vLLM plugin.
 
-YaRN is set as `olmo_repo.eval.loading.load_model` sets it for HF (the same `rope_parameters`, passed to vLLM
-as `hf_overrides`), so RoPE layers and RePo positions see the same inverse frequencies and attention factor.
+YaRN and the replaced positions (`--positions`) are set as `olmo_repo.eval.loading.load_model` sets them for HF
+(the same `rope_parameters` and `pe_positions`, passed to vLLM as `hf_overrides`), so RoPE layers and RePo
+positions see the same inverse frequencies and attention factor, and RePo layers rotate by what HF's do.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 from transformers import AutoConfig
 
-from .loading import read_config, yarn_overrides
+from ..modes import PositionSource
+from .loading import position_overrides, read_config, yarn_overrides
 
 __all__ = ["kv_cache_gib", "load_vllm", "release"]
 
@@ -27,9 +29,11 @@ def load_vllm(
     dtype: str = "float32",
     batch_size: int = 8,
     enforce_eager: bool | None = None,
+    positions: str = PositionSource.learned,
 ) -> Any:
-    """lm-eval's vLLM model for `hf_dir` at a `length`-token context (YaRN per `yarn_factor`). Its `config`
-    attribute is the HF config as vLLM runs it (with the YaRN override).
+    """lm-eval's vLLM model for `hf_dir` at a `length`-token context (YaRN per `yarn_factor`), its RePo layers
+    rotating by `positions` (`position_overrides`). Its `config` attribute is the HF config as vLLM runs it (with
+    the overrides).
 
     `enforce_eager` (default: on CPU only): no torch.compile. On CPU compiling slows every engine's start (one
     per length) and its fused kernels round differently from HF's, which flips near-ties of greedy decoding on
@@ -45,7 +49,8 @@ def load_vllm(
     VLLM = lm_eval_vllm_class()
     config = read_config(hf_dir)
     check_head_size(config, str(hf_dir), getattr(torch, dtype, torch.float32))  # before the engine starts
-    overrides = yarn_overrides(config, length, yarn, source=f"{hf_dir}/config.json")
+    source = f"{hf_dir}/config.json"
+    overrides = yarn_overrides(config, length, yarn, source) | position_overrides(config, positions, source)
     if not torch.cuda.is_available() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         # vLLM on CPU otherwise asks for 92% of the machine's memory and refuses to start when less is free
         # (`Available memory ... is less than desired CPU memory utilization`): reserve what the batch needs.

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..eval.loading import read_config
-from ..eval.positions import position_patterns, position_spans
+from ..eval.loading import position_overrides, read_config
+from ..eval.positions import model_positions, position_patterns, position_spans
 from ..integrity import ModelOpener, hf_dir_as_is
-from ..modes import layer_modes, repo_layer_ids
+from ..modes import PositionSource, layer_modes, repo_layer_ids
+from ..rope import spread
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]
 
@@ -29,7 +30,9 @@ class ExplorerModel:
     `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes an ai2-olmo checkpoint too), loaded
     once without its LM head; `positions` runs one request at a time.
 
-    Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed).
+    Positions come from `output_positions=True` of the HF model ({layer: [B, H_kv, T]}, fp32 as computed);
+    `positions` replaces them at load as the evaluation does (`olmo_repo.eval.loading.position_overrides`: the
+    token index, or one constant position), and the explorer then shows what the RePo layers rotate by instead.
     """
 
     def __init__(
@@ -39,9 +42,11 @@ class ExplorerModel:
         device: str = "cpu",
         max_tokens: int = 512,
         open_model: ModelOpener = hf_dir_as_is,
+        positions: str = PositionSource.learned,
     ):
         with open_model(str(path)) as hf_dir:
             config = read_config(hf_dir)  # every family evaluation takes; the reference's format too
+            config.update(position_overrides(config, positions, f"{path}/config.json"))
             self.tokenizer = AutoTokenizer.from_pretrained(hf_dir)
             causal_lm = AutoModelForCausalLM.from_pretrained(hf_dir, config=config)
         # Only the decoder is kept: positions need no logits (and a 100k-vocabulary head is large).
@@ -54,6 +59,7 @@ class ExplorerModel:
         self.n_query_heads: int = config.num_attention_heads
         self.layer_modes: list[str] = layer_modes(config)
         self.repo_layers = repo_layer_ids(config)
+        self.position_source = str(positions)
         self._lock = threading.Lock()
 
     def info(self) -> dict[str, Any]:
@@ -65,6 +71,7 @@ class ExplorerModel:
             n_heads=self.n_heads,
             n_query_heads=self.n_query_heads,
             max_tokens=self.max_tokens,
+            positions=self.position_source,
         )
 
     def tokens(self, prompt: str, max_tokens: int | None = None) -> dict[str, Any]:
@@ -90,8 +97,9 @@ class ExplorerModel:
         """Positions of the RePo layers (or `layer`) and heads (or `head`) for the prompt's tokens.
 
         Returns the `tokens` fields plus layers, heads, positions [layers][heads][tokens] (fp32 values),
-        spans [layers][heads] and patterns [layers] ({"heads": [shares per head], "all": shares of the
-        layer's chunks}, shares: {constant, monotonic, hybrid}), with chunk and eps. Raises `BadRequest`.
+        spans [layers][heads], patterns [layers] ({"heads": [shares per head], "all": shares of the layer's
+        chunks}, shares: {constant, monotonic, hybrid}), with chunk and eps, and spread [layers] (`rope.spread`
+        of the heads': {min, max, std, p05, p95, rank_corr}, as the trainers log them). Raises `BadRequest`.
         """
         if not self.repo_layers:
             raise BadRequest(f"{self.name} has no RePo layer (layer modes: {', '.join(self.layer_modes)})")
@@ -107,7 +115,7 @@ class ExplorerModel:
         heads = list(range(self.n_heads)) if head is None else [head]
         ids = torch.tensor([out["token_ids"]], device=self.device)  # [1, T]
         with self._lock, torch.inference_mode():
-            computed = self.model(ids, output_positions=True).positions  # {layer: [1, H, T]}
+            computed = model_positions(self.model, ids)  # {layer: [1, H, T]}
         z = torch.stack([computed[i][0, heads] for i in layers]).cpu()  # [L, heads, T]
         return dict(
             out,
@@ -124,4 +132,5 @@ class ExplorerModel:
             ],
             chunk=CHUNK,
             eps=EPS,
+            spread=[spread(zl) for zl in z],
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import RepoError, install, missing_extra
 from ..integrity import ModelOpener, hf_dir_as_is, require_model_dir
+from ..modes import PositionSource
 from ..output import check_replaceable_file
 
 __all__ = ["PAGE_SIGNATURE", "export_page", "read_prompt", "serve_explorer"]
@@ -40,7 +41,7 @@ def _explore_extra() -> tuple[ModuleType, ModuleType]:
 
 
 def _load_models(
-    models: Sequence[str], device: str | None, max_tokens: int, open_model: ModelOpener
+    models: Sequence[str], device: str | None, max_tokens: int, open_model: ModelOpener, positions: str
 ) -> list[Any]:
     """The models as `ExplorerModel`s (on cuda when available, unless `device`); ValueError if none has a RePo
     layer, for there is nothing to show then."""
@@ -51,7 +52,8 @@ def _load_models(
     loaded = []
     for path in models:
         print(f"loading {path} ...", file=sys.stderr)
-        loaded.append(model.ExplorerModel(path, device=device, max_tokens=max_tokens, open_model=open_model))
+        options = dict(device=device, max_tokens=max_tokens, open_model=open_model, positions=positions)
+        loaded.append(model.ExplorerModel(path, **options))
     if not any(m.repo_layers for m in loaded):
         raise ValueError(f"{' and '.join(m.name for m in loaded)}: no RePo layer, so no positions to show")
     return loaded
@@ -66,17 +68,19 @@ def export_page(
     device: str | None = None,
     max_tokens: int = 512,
     open_model: ModelOpener = hf_dir_as_is,
+    positions: str = PositionSource.learned,
 ) -> Path:
     """Write the explorer's page for the prompt in `prompt_file` and one or two `models` (HF directories, opened
     by `open_model`: `scripts/explore.py` passes `olmo_repo.checkpoint.as_hf_dir`, which takes ai2-olmo checkpoints
     too) as one self-contained HTML file `out`; an existing `out` is replaced only with `force` and
-    only if it is such a page. Returns `out`."""
+    only if it is such a page. `positions`: what the RePo layers rotate by (learned; index or constant replace
+    the learned positions, as `scripts/eval.py --positions`). Returns `out`."""
     for path in models:
         require_model_dir(path, tokenizer=True)  # before torch loads
     app, _ = _explore_extra()
     prompt = read_prompt(prompt_file)
     check_replaceable_file(out, force, PAGE_SIGNATURE, "position explorer page")
-    return app.export_html(_load_models(models, device, max_tokens, open_model), prompt, out)
+    return app.export_html(_load_models(models, device, max_tokens, open_model, positions), prompt, out)
 
 
 def serve_explorer(
@@ -86,9 +90,10 @@ def serve_explorer(
     device: str | None = None,
     max_tokens: int = 512,
     open_model: ModelOpener = hf_dir_as_is,
+    positions: str = PositionSource.learned,
 ) -> None:
     """Serve the explorer for one or two `models` on 127.0.0.1:`port` (0: a free one), printing its URL, until
-    Ctrl-C, which stops it gracefully (and returns). `open_model` as for `export_page`."""
+    Ctrl-C, which stops it gracefully (and returns). `open_model` and `positions` as for `export_page`."""
     for path in models:
         require_model_dir(path, tokenizer=True)  # before torch loads
     app, _ = _explore_extra()
@@ -96,7 +101,7 @@ def serve_explorer(
         sock = app.listen(port)
     except OSError as e:
         raise OSError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}; pass another --port") from e
-    loaded = _load_models(models, device, max_tokens, open_model)
+    loaded = _load_models(models, device, max_tokens, open_model, positions)
     host, bound = sock.getsockname()
     print(f"position explorer on http://{host}:{bound}/ (Ctrl-C to stop)", flush=True)
     try:

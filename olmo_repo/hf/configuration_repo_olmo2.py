@@ -2,8 +2,12 @@
 
 Deltas from `Olmo2Config`:
 
-- `pe_mode` (rope|nope|repo), `pe_start_layer`, `pe_layer_ids`: the same keys, selection rule
-  (`layer_modes(config)`) and checks as every other backend, from `olmo_repo.modes`.
+- The position keys of every config of this project, declared once in `olmo_repo.modes.ScoredPositionKeys`
+  (`RepoPositionKeys` below adds their checks; OLMo 3's, Llama's and Qwen 3's configs inherit it too): `pe_mode`
+  (rope|nope|repo), `pe_start_layer`, `pe_layer_ids` (the same selection rule, `layer_modes(config)`, as every
+  other backend), the index blend the model scores with (`pe_blend`; `pe_blend_init` and `pe_blend_steps` record
+  the schedule of the run it was converted from) and `pe_positions` (learned, or the token index or one constant
+  position in RePo layers: an ablation at evaluation).
 - Validation (`validate_position_modes`, run by `@strict` on construction and on `validate()`): one
   `ValueError` naming the key and what it allows; here also the RoPE type, which must rotate real positions.
 - `from_pretrained` also reads the reference implementation's format (`model_type: olmo2` with a nested
@@ -23,9 +27,16 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import strict
 from transformers import Olmo2Config
 
-from .modes import PositionMode, check_position_modes
+from .modes import (
+    PositionMode,
+    ScoredPositionKeys,
+    check_index_blend,
+    check_position_modes,
+    check_scored_positions,
+    repo_layer_ids,
+)
 
-__all__ = ["ROPE_TYPES", "RepoOlmo2Config", "check_repo_keys"]
+__all__ = ["ROPE_TYPES", "RepoOlmo2Config", "RepoPositionKeys", "check_repo_keys"]
 
 # RoPE variants whose inverse frequencies do not depend on the sequence length, so that RePo's real
 # positions can be rotated with them: stock, linear interpolation, YaRN and Llama 3's (transformers 5.24's
@@ -34,9 +45,11 @@ __all__ = ["ROPE_TYPES", "RepoOlmo2Config", "check_repo_keys"]
 ROPE_TYPES = ("default", "linear", "yarn", "llama3")
 
 
-@strict
-class RepoOlmo2Config(Olmo2Config):
+class RepoPositionKeys(ScoredPositionKeys):
     r"""
+    The position keys (`olmo_repo.modes.ScoredPositionKeys`) of the four HF configs, mixed in before
+    transformers' config class; each config states only which RoPEs its RePo layers rotate with (`ropes`).
+
     pe_mode (`str`, *optional*, defaults to `"rope"`):
         Position mode of the selected layers: `rope` (integer positions, stock), `nope` (no rotation) or
         `repo` (real positions predicted from the hidden state). Unselected layers use `rope`.
@@ -44,13 +57,32 @@ class RepoOlmo2Config(Olmo2Config):
         First selected layer, 0-indexed.
     pe_layer_ids (`list[int]`, *optional*):
         If set, only these layers (those also >= `pe_start_layer`) are selected.
+    pe_blend_init (`float`, *optional*, defaults to 0.0):
+        The index blend's p at step 0 of the run this model was trained in (recorded, not read by the model).
+    pe_blend_steps (`int`, *optional*, defaults to 0):
+        The steps over which that run's p fell to 0 (recorded, not read by the model).
+    pe_blend (`float`, *optional*, defaults to 0.0):
+        p of the index blend that RePo layers score with: they rotate by (1 - p) z + p i (z: f_phi's positions,
+        i: the token's index). A checkpoint converted mid-anneal records its step's p.
+    pe_positions (`str`, *optional*, defaults to `"learned"`):
+        `learned` (f_phi's, blended by `pe_blend`), `index` (the token index: the RoPE layer RePo replaced) or
+        `constant` (no rotation: NoPE) in RePo layers: an ablation at evaluation.
     """
 
-    model_type = "repo_olmo2"
+    def ropes(self) -> dict[str, dict[str, Any]]:
+        """Key -> rope parameters of every RoPE a RePo layer may rotate with (one; OLMo 3 has two)."""
+        return {"rope_parameters": self.rope_parameters or {}}
 
-    pe_mode: str = "rope"
-    pe_start_layer: int = 0
-    pe_layer_ids: list[int] | None = None
+    def validate_position_modes(self) -> None:
+        """Raise one `ValueError` naming the bad key and what it allows."""
+        check_repo_keys(self, self.ropes())
+
+
+@strict
+class RepoOlmo2Config(RepoPositionKeys, Olmo2Config):
+    __doc__ = RepoPositionKeys.__doc__
+
+    model_type = "repo_olmo2"
 
     reference_reader: ClassVar[Callable[..., dict[str, Any]] | None] = None
     """(config dict, path, **from_pretrained kwargs) -> the `repo_olmo2` dict of a reference-format config;
@@ -72,10 +104,6 @@ class RepoOlmo2Config(Olmo2Config):
             config_dict = cls.reference_reader(config_dict, pretrained_model_name_or_path, **kwargs)
         return config_dict, kwargs
 
-    def validate_position_modes(self) -> None:
-        """Raise one `ValueError` naming the bad key and what it allows."""
-        check_repo_keys(self, {"rope_parameters": self.rope_parameters or {}})
-
 
 def check_repo_keys(config: Any, ropes: dict[str, dict[str, Any]]) -> None:
     """The position-mode keys of an HF config (`RepoOlmo2Config`, `RepoOlmo3Config`, `RepoLlamaConfig`,
@@ -94,6 +122,9 @@ def check_repo_keys(config: Any, ropes: dict[str, dict[str, Any]]) -> None:
             "n_kv_heads": "num_key_value_heads",
         },
     )
+    has_repo = bool(repo_layer_ids(config))
+    check_index_blend(config.pe_blend_init, config.pe_blend_steps, has_repo=has_repo)
+    check_scored_positions(config.pe_blend, config.pe_positions, has_repo=has_repo)
     for key, parameters in ropes.items():
         rope_type = parameters.get("rope_type", "default")
         if config.pe_mode == PositionMode.repo and rope_type not in ROPE_TYPES:

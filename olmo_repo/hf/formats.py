@@ -36,6 +36,7 @@ from ..integrity import olmo_core_checkpoint_problem
 from ..modes import (
     F_PHI_HIDDEN_RATIO,
     F_PHI_WEIGHTS,
+    REFERENCE_BLEND_KEYS,
     PositionMode,
     check_pe_keys,
     check_position_modes,
@@ -142,7 +143,10 @@ def _pe_keys(pe_config: dict[str, Any], n_layers: int, weights: Iterable[str] | 
     """`pe_config` -> `pe_mode`, `pe_start_layer`, `pe_layer_ids`, read as the reference's model reads it:
     `dynamic_pe_mode` and the misspelled `dynmaic_pe_start_layer` (default 0) and `dynmaic_pe_layer_ids`
     ("2,5,8"; "" or absent: every layer). Its model ignores the correctly spelled `dynamic_pe_start_layer` /
-    `dynamic_pe_layer_ids` that its converter also writes, and so does this."""
+    `dynamic_pe_layer_ids` that its converter also writes, and so does this. Its blend schedule
+    (`dynamic_pe_init_pdrop`, `dynamic_pe_dropout_anneal_step`) is recorded as `pe_blend_init`/`pe_blend_steps`;
+    the model scores with p = 0 (`pe_blend`'s default), as its own code scores it (its forward's p defaults to
+    0 and nothing passes another)."""
     mode = str(pe_config.get("dynamic_pe_mode", "none"))
     try:
         pe_mode = reference_mode(mode, "pe_config.dynamic_pe_mode")
@@ -151,6 +155,12 @@ def _pe_keys(pe_config: dict[str, Any], n_layers: int, weights: Iterable[str] | 
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None
     keys = dict(pe_mode=str(pe_mode), pe_start_layer=start, pe_layer_ids=ids)
+    if (
+        pe_mode == PositionMode.repo
+    ):  # a schedule on another mode blends nothing: the trainers would refuse it
+        keys |= {
+            ours: pe_config[theirs] for theirs, ours in REFERENCE_BLEND_KEYS.items() if theirs in pe_config
+        }
     if weights is None:
         return keys
     carried = sorted({int(m[1]) for name in weights if (m := _F_PHI_WEIGHT.fullmatch(name))})

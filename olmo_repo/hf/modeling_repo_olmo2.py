@@ -10,7 +10,9 @@ Deltas from `transformers.models.olmo2` (everything else is inherited unchanged)
   q/k norms; `nope` layers do not rotate. Either way keys enter the KV cache already rotated (by their own
   positions), so cached decoding equals a full forward. The rotation uses the inverse frequencies and
   attention factor of the config's RoPE (default, linear, YaRN or Llama 3's), from an `Olmo2RotaryEmbedding`
-  of the layer's own, exactly as the stock RoPE layers do.
+  of the layer's own, exactly as the stock RoPE layers do. The config's `pe_blend` p blends the positions with
+  the token index (`position_ids`, as the stock layers rotate by): (1 - p) z + p i, so at p = 1 a RePo layer
+  is the stock RoPE layer; `pe_positions` replaces them by the index or by none (ablations at evaluation).
 - `RepoOlmo2DecoderLayer`: `Olmo2DecoderLayer` whose attention is that one in `nope`/`repo` layers
   (`RepoDecoderLayerMixin`).
 - `RepoOlmo2Model`: `Olmo2Model` over those decoder layers (`RepoDecoderMixin`); `output_positions=True` adds the
@@ -100,6 +102,8 @@ class RepoAttentionMixin(RepoLayer):
             d_model=config.hidden_size,
             n_kv_heads=config.num_key_value_heads,
             head_dim=self.head_dim,
+            index_blend=config.pe_blend,
+            position_source=config.pe_positions,
         )
         if mode == PositionMode.repo:
             # The model's RoPE (non-persistent buffers, which transformers initialises like the stock ones).
@@ -141,8 +145,9 @@ class RepoAttentionMixin(RepoLayer):
         q, k, v = self.project_qkv(hidden_states)  # [B, H(_kv), T, hd]
 
         # f_phi reads what q, k and v read: the attention's input (OLMo 2/3: the residual stream; Llama, Qwen 3:
-        # the normed hidden state).
-        q, k = self.reposition(hidden_states, q, k)  # by the positions [B, H_kv, T] of f_phi (repo), or none
+        # the normed hidden state). The token index (the index blend's, and `pe_positions: index`) is the stock
+        # RoPE's: position_ids [B, T], absolute under a cache, counted from a left-padded prompt's first token.
+        q, k = self.reposition(hidden_states, q, k, index=kwargs.get("position_ids"))  # [B, H(_kv), T, hd]
 
         cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # transformers < 5.24
         if cache is not None:  # keys are cached rotated
@@ -219,6 +224,9 @@ class RepoDecoderMixin:
 
     def __init__(self, config: PretrainedConfig):
         super().__init__(config)
+        # The config validated its keys when it was made; `from_pretrained(dir, pe_blend=...)` sets overrides
+        # after that, unchecked.
+        config.validate_position_modes()
         self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
         self.post_init()  # initialises the new layers
 

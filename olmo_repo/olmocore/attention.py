@@ -1,8 +1,9 @@
 """RePo, NoPE or RoPE per layer as an OLMo-core attention variant: `RepoAttentionConfig`, registered in OLMo-core's
 `SequenceMixerConfig` registry as "repo", the way OLMo-core registers its own ("attention", "gated_delta_net").
 
-`RepoAttentionConfig` is OLMo-core's `AttentionConfig` plus the three keys every backend of this project reads,
-`pe_mode`, `pe_start_layer` and `pe_layer_ids` (`olmo_repo.modes`). Its `build` gets the layer index, so one
+`RepoAttentionConfig` is OLMo-core's `AttentionConfig` plus the position keys every model config of this project
+takes from one declaration (`olmo_repo.modes.PositionKeys`: `pe_mode`, `pe_start_layer`, `pe_layer_ids` and the
+index blend's schedule `pe_blend_init`, `pe_blend_steps`). Its `build` gets the layer index, so one
 block config serves every layer of a `TransformerConfig` (its presets `olmo2_1B_v2`, `olmo3_7B`, `olmo3_32B`,
 ...: `with_position_modes` swaps it in):
 
@@ -18,7 +19,10 @@ The rotation happens in `_prepare_qkv`, before attention, so OLMo-core's backend
 sliding windows, document masking (`cu_doc_lens`: a token's positions come from its own hidden state, so
 documents need no position reset), grouped-query attention (one position per KV head, shared by its query
 group) and context parallelism (each rank predicts the positions of its own tokens: nothing to exchange) take
-rotated q and k as they take RoPE's. f_phi's weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
+rotated q and k as they take RoPE's. The index blend (1 - p) z + p i takes i, each token's index, exactly as
+OLMo-core's RoPE counts it in that call (`olmo_repo.upstream.olmo_core.rope_index`: after a KV cache's past, from 0
+in each document under `cu_doc_lens`); a context-parallel shard has none, and a blend there is refused before a
+run starts. The trainer sets p before every step (`olmo_repo.olmocore.train.PositionsCallback`). f_phi's weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
 count (`num_flops_per_token` counts 6 FLOPs per parameter of the module), its optimizer groups (weight decay)
 and FSDP see them like any projection; `init_weights` and `apply_tp` (tensor parallelism: f_phi split like a
 feed-forward) add them explicitly.
@@ -42,11 +46,26 @@ from torch import Tensor, nn
 from torch.distributed import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Shard, distribute_tensor
 
-from ..modes import F_PHI_WEIGHTS, PositionMode, check_position_modes, layer_modes
+from ..modes import (
+    F_PHI_WEIGHTS,
+    PositionKeys,
+    PositionMode,
+    check_index_blend,
+    check_position_modes,
+    index_blend,
+    layer_modes,
+)
 from ..rope import RepoLayer, rank_kv_heads
-from ..upstream.olmo_core import attention_kwargs
+from ..upstream.olmo_core import attention_kwargs, rope_index
 
-__all__ = ["RepoAttention", "RepoAttentionConfig", "attention_config", "with_position_modes"]
+__all__ = [
+    "RepoAttention",
+    "RepoAttentionConfig",
+    "attention_config",
+    "index_blend_at",
+    "repo_attention",
+    "with_position_modes",
+]
 
 # OLMo-core's names for the sizes that the position-mode checks name.
 _KEYS = {"n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads"}
@@ -54,15 +73,9 @@ _KEYS = {"n_layers": "n_layers", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads
 
 @SequenceMixerConfig.register("repo")
 @dataclass
-class RepoAttentionConfig(AttentionConfig):
-    """OLMo-core's `AttentionConfig` with a position mode per layer (`olmo_repo.modes`)."""
-
-    pe_mode: str = "rope"
-    """rope (OLMo-core's RoPE as configured), nope (no rotation) or repo (positions from f_phi)."""
-    pe_start_layer: int = 0
-    """First layer that takes `pe_mode`, 0-indexed."""
-    pe_layer_ids: list[int] | None = None
-    """If set, only these layers (also >= pe_start_layer) take `pe_mode`."""
+class RepoAttentionConfig(AttentionConfig, PositionKeys):
+    """OLMo-core's `AttentionConfig` with the position keys of every model config of this project
+    (`olmo_repo.modes.PositionKeys`: a position mode per layer and the index blend's schedule)."""
 
     def stock(self) -> AttentionConfig:
         """The same attention without the position-mode keys: what a `rope` layer is built from."""
@@ -86,6 +99,8 @@ class RepoAttentionConfig(AttentionConfig):
                 keys=_KEYS,
                 prefix=prefix,
             )
+            has_repo = PositionMode.repo in self.layer_modes(n_layers)
+            check_index_blend(self.pe_blend_init, self.pe_blend_steps, has_repo=has_repo, prefix=prefix)
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None
         if self.pe_mode == PositionMode.rope:
@@ -158,15 +173,22 @@ class RepoAttention(Attention, RepoLayer):
         q, k, v = super()._prepare_qkv(x, **kwargs)  # [B, T, H(kv), hd], q/k normed, not rotated
         if self.pe_mode != PositionMode.repo:
             return q, k, v
-        positions = self.predict_positions(x)  # [B, H_kv, T]
-        if isinstance(
-            positions, DTensor
-        ):  # tensor parallel: f_phi's partial sums, reduced; this rank's heads
+        index = None  # a context-parallel shard's tokens have no index here (a blend is refused there)
+        if not self.cp_enabled:  # [T] or [B, T]: the positions OLMo-core's RoPE gives these tokens
+            start, docs = kwargs.get("start_pos"), kwargs.get("cu_doc_lens")
+            index = rope_index(*x.shape[:2], start_pos=start, cu_doc_lens=docs, device=x.device)
+        q, k = self.reposition(x, q, k, index=index, tokens_first=True)
+        return q, k, v
+
+    def predict_positions(self, x: Tensor) -> Tensor:
+        """f_phi's positions [B, H_kv, T] (observed whole); under tensor parallelism f_phi's partial sums,
+        reduced, then this rank's key/value heads."""
+        positions = super().predict_positions(x)
+        if isinstance(positions, DTensor):
             mesh = positions.device_mesh
             heads = rank_kv_heads(positions.shape[-2], mesh.size(), mesh.get_local_rank())
             positions = positions.full_tensor()[..., heads.start : heads.stop, :]
-        q, k = self.apply_positions(q, k, positions, tokens_first=True)
-        return q, k, v
+        return positions
 
     def apply_tp(
         self,
@@ -237,29 +259,62 @@ def _scaled_frequencies(
 
 
 def attention_config(
-    attention: AttentionConfig, pe_mode: str, pe_start_layer: int = 0, pe_layer_ids: list[int] | None = None
+    attention: AttentionConfig,
+    pe_mode: str,
+    pe_start_layer: int = 0,
+    pe_layer_ids: list[int] | None = None,
+    *,
+    pe_blend_init: float = 0.0,
+    pe_blend_steps: int = 0,
 ) -> RepoAttentionConfig:
-    """`attention` (an `AttentionConfig`, e.g. a preset's `block.sequence_mixer`) with a position mode."""
+    """`attention` (an `AttentionConfig`, e.g. a preset's `block.sequence_mixer`) with a position mode and the
+    index blend's schedule (`modes.PositionKeys`)."""
     fields = {f.name: getattr(attention, f.name) for f in dataclasses.fields(AttentionConfig)}
-    return RepoAttentionConfig(
-        **fields, pe_mode=pe_mode, pe_start_layer=pe_start_layer, pe_layer_ids=pe_layer_ids
-    )
+    keys = dict(pe_mode=pe_mode, pe_start_layer=pe_start_layer, pe_layer_ids=pe_layer_ids)
+    return RepoAttentionConfig(**fields, **keys, pe_blend_init=pe_blend_init, pe_blend_steps=pe_blend_steps)
 
 
 def with_position_modes(
-    config: TransformerConfig, pe_mode: str, pe_start_layer: int = 0, pe_layer_ids: list[int] | None = None
+    config: TransformerConfig,
+    pe_mode: str,
+    pe_start_layer: int = 0,
+    pe_layer_ids: list[int] | None = None,
+    *,
+    pe_blend_init: float = 0.0,
+    pe_blend_steps: int = 0,
 ) -> TransformerConfig:
     """A copy of an OLMo-core `TransformerConfig` (a preset) whose attention, in its block and in every block
-    override, takes `pe_mode` in the selected layers. Raises `OLMoConfigurationError` naming the key."""
+    override, takes `pe_mode` in the selected layers (and the index blend's schedule). Raises
+    `OLMoConfigurationError` naming the key."""
     config = config.copy()
     blocks = config.block.values() if isinstance(config.block, dict) else [config.block]
     blocks = [*blocks, *(config.block_overrides or {}).values()]
+    blend = dict(pe_blend_init=pe_blend_init, pe_blend_steps=pe_blend_steps)
     for block in blocks:
         if not isinstance(block.sequence_mixer, AttentionConfig):
             raise OLMoConfigurationError(
                 f"model.block.sequence_mixer is a {type(block.sequence_mixer).__name__}: position modes need "
                 "attention"
             )
-        block.sequence_mixer = attention_config(block.sequence_mixer, pe_mode, pe_start_layer, pe_layer_ids)
+        block.sequence_mixer = attention_config(
+            block.sequence_mixer, pe_mode, pe_start_layer, pe_layer_ids, **blend
+        )
         block.sequence_mixer.check(config.n_layers)
     return config
+
+
+def repo_attention(config: TransformerConfig) -> RepoAttentionConfig | None:
+    """The attention config of the model's RePo layers (the first, where block configs differ), None for a
+    model without any: where a trainer reads the index blend's schedule."""
+    for i, block in enumerate(config.resolved_block_configs):
+        att = block.sequence_mixer
+        if isinstance(att, RepoAttentionConfig) and att.layer_modes(config.n_layers)[i] == PositionMode.repo:
+            return att
+    return None
+
+
+def index_blend_at(config: TransformerConfig, step: int) -> float:
+    """p of the index blend of the model of `config` after `step` optimizer steps (`modes.index_blend` of its
+    RePo attention's schedule); 0 for a model without RePo layers."""
+    att = repo_attention(config)
+    return 0.0 if att is None else index_blend(att.pe_blend_init, att.pe_blend_steps, step)

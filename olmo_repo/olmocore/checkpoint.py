@@ -1,7 +1,7 @@
 """OLMo-core checkpoints: what OLMo-core's Trainer writes, and model-only ones for conversion and stage-1 init.
 
 A step directory of a run (`save_folder/stepN/`) holds `model_and_optim/` (torch.distributed.checkpoint shards
-with `.metadata`), `train/rank{i}.pt` and `config.json` (the run's `ExperimentConfig` as OLMo-core's
+with `.metadata`), `train/rank{i}.pt` (the trainer's state: its step, `steps_done`) and `config.json` (the run's `ExperimentConfig` as OLMo-core's
 `ConfigSaverCallback` writes it; its `model` builds the model, `_CLASS_` names `RepoAttentionConfig`). A
 model-only checkpoint (written by `save_model`, e.g. from an HF model) has `model_and_optim/` with the model
 alone and a `config.json` with `model` and `dataset.tokenizer`: OLMo-core's `Trainer.load_checkpoint` and this
@@ -42,6 +42,7 @@ __all__ = [
     "read_config",
     "read_metadata",
     "save_model",
+    "steps_done",
 ]
 
 CONFIG = "config.json"
@@ -145,6 +146,17 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(config, dict) or "model" not in config:
         raise RepoError(f"{file} has no `model` section")
     return config
+
+
+def steps_done(path: str | Path) -> int:
+    """The optimizer steps an OLMo-core checkpoint was saved after: `global_step` of the trainer state that
+    OLMo-core's Trainer writes beside a run's step (`train/rank0.pt`, read with the full loader as OLMo-core's
+    resume reads it: the file holds the data loader's and RNG state too); 0 for a model-only checkpoint, which
+    has none (a run's start)."""
+    file = Path(path) / "train" / "rank0.pt"
+    if not file.is_file():
+        return 0
+    return int(torch.load(file, map_location="cpu", weights_only=False)["global_step"])
 
 
 def model_config(path: str | Path) -> TransformerConfig:

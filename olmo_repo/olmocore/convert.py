@@ -44,7 +44,7 @@ from torch import Tensor
 from transformers import LlamaConfig, Olmo2Config, Olmo3Config, PreTrainedConfig, Qwen3Config
 
 from ..hf import RepoLlamaConfig, RepoOlmo2Config, RepoOlmo3Config, RepoQwen3Config
-from ..modes import F_PHI_WEIGHTS, PositionMode, layer_modes
+from ..modes import F_PHI_WEIGHTS, PE_KEYS, PositionMode, layer_modes
 from .attention import RepoAttentionConfig, with_position_modes
 
 __all__ = [
@@ -214,8 +214,20 @@ def core_config_from_hf(hf: PreTrainedConfig, dtype: DType = DType.float32) -> T
         dtype=dtype,
     )
     if isinstance(hf, RepoOlmo2Config | RepoOlmo3Config):
-        config = with_position_modes(config, hf.pe_mode, hf.pe_start_layer, hf.pe_layer_ids)
+        config = with_position_modes(config, **_core_position_keys(hf))
     return config
+
+
+def _core_position_keys(hf: PreTrainedConfig) -> dict[str, Any]:
+    """The position keys of an HF RePo config that OLMo-core's attention config takes (`modes.PE_KEYS`: the
+    layers' modes and the index blend's schedule, which a new run starts again at step 0)."""
+    return {key: getattr(hf, key) for key in PE_KEYS}
+
+
+def _hf_position_keys(att: RepoAttentionConfig, pe_blend: float) -> dict[str, Any]:
+    """The HF config's position keys of an OLMo-core RePo attention config: `modes.PE_KEYS` as recorded, and
+    `pe_blend`, the p the model scores with (the schedule's at the checkpoint's step)."""
+    return {**{key: getattr(att, key) for key in PE_KEYS}, "pe_mode": str(att.pe_mode), "pe_blend": pe_blend}
 
 
 def _shape_error(key: str, value: Any, needs: str) -> ValueError:
@@ -282,14 +294,17 @@ def hf_config_from_core(
     pad_token_id: int | None,
     bos_token_id: int | None = None,
     max_position_embeddings: int = 4096,
+    pe_blend: float = 0.0,
 ) -> PreTrainedConfig:
     """The HF config of an Olmo-2- or Olmo-3-shaped OLMo-core model: `olmo2` / `olmo3` (sliding windows) if every
     layer is RoPE, else `repo_olmo2` / `repo_olmo3`; a default (pre-norm) block as `llama` / `qwen3` (per-head
-    q/k norms) or `repo_llama` / `repo_qwen3`. Raises ValueError naming the first key that is no shape."""
+    q/k norms) or `repo_llama` / `repo_qwen3`. `pe_blend`: the index blend's p the RePo layers score with (the
+    schedule's at the checkpoint's step). Raises ValueError naming the first key that is no shape."""
     if (family := _family_of_core(config)) is not None:
         return _family_hf_config(
             family,
             config,
+            pe_blend,
             eos_token_id=eos_token_id,
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -321,9 +336,7 @@ def hf_config_from_core(
     if not any(mode != PositionMode.rope for mode in layer_modes(att, n_layers=config.n_layers)):
         return stock(**kwargs)
     assert isinstance(att, RepoAttentionConfig)
-    return repo(
-        **kwargs, pe_mode=str(att.pe_mode), pe_start_layer=att.pe_start_layer, pe_layer_ids=att.pe_layer_ids
-    )
+    return repo(**kwargs, **_hf_position_keys(att, pe_blend))
 
 
 # ------------------------------------------------------------------------------------ Llama and Qwen 3
@@ -653,7 +666,7 @@ def family_config_from_hf(
     for path, value in paths.items():
         _set(config, path, value)
     if isinstance(hf, family.repo):
-        config = with_position_modes(config, hf.pe_mode, hf.pe_start_layer, hf.pe_layer_ids)
+        config = with_position_modes(config, **_core_position_keys(hf))
     return config
 
 
@@ -720,9 +733,12 @@ def _check_family_shape(config: TransformerConfig) -> AttentionConfig:
     return att
 
 
-def _family_hf_config(family: Family, config: TransformerConfig, **given: Any) -> PreTrainedConfig:
+def _family_hf_config(
+    family: Family, config: TransformerConfig, pe_blend: float, **given: Any
+) -> PreTrainedConfig:
     """The HF config of a Llama- or Qwen-3-shaped OLMo-core config, from the family's table; `given`: the
-    tokenizer's ids and the length, which the checkpoint records beside its model config."""
+    tokenizer's ids and the length, which the checkpoint records beside its model config; `pe_blend`: the p its
+    RePo layers score with."""
     att = _check_family_shape(config)
     values: dict[str, Any] = dict(family.hf_fixed)
     for row in family.rows:
@@ -731,9 +747,7 @@ def _family_hf_config(family: Family, config: TransformerConfig, **given: Any) -
     if not any(mode != PositionMode.rope for mode in layer_modes(att, n_layers=config.n_layers)):
         return family.stock(**values)
     assert isinstance(att, RepoAttentionConfig)
-    return family.repo(
-        **values, pe_mode=str(att.pe_mode), pe_start_layer=att.pe_start_layer, pe_layer_ids=att.pe_layer_ids
-    )
+    return family.repo(**values, **_hf_position_keys(att, pe_blend))
 
 
 SIDE_KEYS = {

@@ -33,23 +33,36 @@ from ..errors import RepoError
 from ..hf import DTYPES, read_hf_config
 from ..hf.files import read_hf_state_dict, save_hf, save_tokenizer
 from ..hf.formats import ALL_MODEL_TYPES
+from ..modes import PE_KEYS, SCORED_PE_KEYS, ScoredPositionKeys
 from ..output import check_distinct, check_replaceable, staged_dir
 from . import checkpoint
+from .attention import index_blend_at
 from .convert import core_config_from_hf, hf_config_from_core, state_from_hf, state_to_hf
 
 __all__ = ["core_to_hf", "hf_to_core"]
 
 HF_EXTRA = "hf_config_extra"
-"""The checkpoint config.json key of the HF config's keys that its class does not define (SmolLM2's
-`unk_token_id`, `is_llama_config`): no part of any model, recorded by `hf_to_core` so that `core_to_hf` gives the
-config back whole."""
+"""The checkpoint config.json key of the HF config's keys that OLMo-core's model config has no place for: those
+its class does not define (SmolLM2's `unk_token_id`, `is_llama_config`: no part of any model), and what its RePo
+layers score with (`pe_blend`, `pe_positions`: a model-only checkpoint has no step of a run to take p from);
+recorded by `hf_to_core` so that `core_to_hf` gives the config back whole."""
+
+SCORED_ONLY = tuple(key for key in SCORED_PE_KEYS if key not in PE_KEYS)
+"""The position keys an inference config scores with, which no training config holds (`pe_blend`,
+`pe_positions`)."""
 
 
 def _hf_extra(config: PreTrainedConfig) -> dict[str, Any]:
-    """The keys of `config` (as save_pretrained writes them) that no field of its class holds."""
-    fields = {f.name for f in dataclasses.fields(type(config))}
+    """The keys of `config` (as save_pretrained writes them) that no field of its class holds, and those of
+    `SCORED_ONLY` where not their default."""
+    fields = {f.name for f in dataclasses.fields(type(config))} - set(SCORED_ONLY)
     meta = ("model_type", "transformers_version", "architectures", "auto_map")
-    return {k: v for k, v in config.to_diff_dict().items() if k not in fields and k not in meta}
+    defaults = {f.name: f.default for f in dataclasses.fields(ScoredPositionKeys) if f.name in SCORED_ONLY}
+    return {
+        k: v
+        for k, v in config.to_diff_dict().items()
+        if k not in fields and k not in meta and (k not in defaults or v != defaults[k])
+    }
 
 
 def _tokenizer(identifier: str) -> Tokenizer:
@@ -80,7 +93,9 @@ def core_to_hf(
     """Convert an OLMo-core checkpoint to an HF directory; returns `output`. Its `max_position_embeddings` is
     the training length the checkpoint records (`train_module.max_sequence_length`: a run's, or the HF model's
     that `hf_to_core` converted), or `max_position_embeddings` where it records none. Everything is checked
-    (config shape, length, tokenizer) before the weights are read, and nothing is written on an error."""
+    (config shape, length, tokenizer) before the weights are read, and nothing is written on an error. RePo
+    layers score with the index blend's p at the checkpoint's step (`pe_blend`: `modes.index_blend` of the
+    model's schedule after `checkpoint.steps_done`), as training did there; the schedule is recorded beside it."""
     if dtype is not None and dtype not in DTYPES:
         raise RepoError(f"dtype={dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
     check_distinct(input, output)
@@ -101,10 +116,11 @@ def core_to_hf(
             pad_token_id=tok.get("pad_token_id"),
             bos_token_id=tok.get("bos_token_id"),
             max_position_embeddings=int(length),
+            pe_blend=index_blend_at(model_config, checkpoint.steps_done(input)),
         )
     except ValueError as e:
         raise RepoError(f"{input}/config.json: {e}") from None
-    fields = {f.name for f in dataclasses.fields(type(hf_config))}
+    fields = {f.name for f in dataclasses.fields(type(hf_config))} - set(SCORED_ONLY)
     for key, value in (config.get(HF_EXTRA) or {}).items():
         if key not in fields:  # never over a value the model config gives
             setattr(hf_config, key, value)

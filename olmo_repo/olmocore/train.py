@@ -16,7 +16,10 @@ with these differences:
 - Stage-1 initialisation (`load_path`, when `save_folder` has no checkpoint) is strict
   (`olmo_repo.olmocore.stage1`): every base tensor bit-exact, exactly the RePo weights new, the optimizer state
   continued for the base.
-- `train/positions/layer{i}/{min,max,std}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
+- The index blend's p set on every RePo layer before each step and before in-loop evaluation, and
+  `train/positions/layer{i}/{stat}` for every RePo layer (`PositionsCallback`), as the ai2-olmo side logs.
+- The run's `f_phi` section (`RepoExperimentConfig`): f_phi's own optimizer group (an `OptimGroupOverride` beside
+  the config's), or every other weight frozen; checked before the run starts, and kept across a resume.
 - `save_folder/metrics.jsonl`: every logged step once (a resumed run drops what it logs again); for a remote save
   folder, under the working directory (`MetricsFileCallback`).
 - SIGUSR1 stops the run after the current step with a checkpoint; under SLURM rank 0 then requeues the job
@@ -37,40 +40,46 @@ import os
 import re
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import torch
-from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, TokenizerConfig
+from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, NumpyFSLDatasetConfig, TokenizerConfig
+from olmo_core.data.source_mixture import SourceMixtureConfig, SourceMixtureDatasetConfig, SourceMixtureList
 from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
 from olmo_core.io import is_url
+from olmo_core.optim import OptimGroupOverride
 from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment, teardown_training_environment
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 
+from .. import datafolder
 from ..errors import RepoError, not_a_key, not_a_length
 from ..metrics import append_metrics, trim_metrics
+from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param
 from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
-from ..rope import position_stats
+from ..rope import position_stats, set_index_blend
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
-from .attention import RepoAttentionConfig
-from .checkpoint import latest_intact_checkpoint, read_config
+from .attention import RepoAttentionConfig, repo_attention
+from .checkpoint import CONFIG, latest_intact_checkpoint, read_config
 from .niah import NiahCallbackConfig
 from .stage1 import check_stage1, load_stage1
 
 __all__ = [
     "MetricsFileCallback",
     "PositionsCallback",
+    "RepoExperimentConfig",
     "SignalStopCallback",
     "build",
     "build_trainer",
     "check_experiment",
     "load_build_config",
+    "on_data_root",
     "on_tokenized_text",
     "work_dir",
     "run",
@@ -80,6 +89,36 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BuildConfig = Callable[[argparse.Namespace, list[str]], ExperimentConfig]
+
+
+@dataclass
+class RepoExperimentConfig(ExperimentConfig):
+    """OLMo-core's `ExperimentConfig` with this project's run section `f_phi` (`modes.FPhiTraining`: f_phi's own
+    learning-rate multiplier and weight decay, or f_phi alone), which OLMo-core's has no slot for. The configs of
+    configs/olmocore/ build it; it is recorded in every checkpoint's config.json like the rest, and
+    `--f_phi.lr_multiplier=10` overrides it as any key."""
+
+    f_phi: FPhiTraining = field(default_factory=FPhiTraining)
+    """How f_phi is optimised (`olmo_repo.modes.FPhiTraining`); the defaults are the paper's."""
+
+
+def f_phi_training(config: ExperimentConfig) -> FPhiTraining:
+    """The run's `f_phi` section; the paper's defaults for an `ExperimentConfig` without one."""
+    return getattr(config, "f_phi", None) or FPhiTraining()
+
+
+def _f_phi_override(config: ExperimentConfig) -> OptimGroupOverride | None:
+    """f_phi's optimizer group: lr = the optimizer's lr x `f_phi.lr_multiplier` (its `initial_lr`, which the
+    scheduler scales as every group's: warm-up and decay keep their shape; OLMo-core's `fixed_fields` reset it
+    from the config on a resume), weight decay `f_phi.weight_decay` where set. None for the paper's settings
+    or a model without RePo layers (f_phi then in the default group, as before)."""
+    f_phi = f_phi_training(config)
+    if repo_attention(config.model) is None or (f_phi.lr_multiplier == 1 and f_phi.weight_decay is None):
+        return None
+    opts: dict[str, Any] = {"lr": config.train_module.optim.lr * f_phi.lr_multiplier}
+    if f_phi.weight_decay is not None:
+        opts["weight_decay"] = f_phi.weight_decay
+    return OptimGroupOverride(params=[f"*.{name}.weight" for name in F_PHI_WEIGHTS], opts=opts)
 
 
 def load_build_config(path: str | Path) -> BuildConfig:
@@ -97,30 +136,78 @@ def load_build_config(path: str | Path) -> BuildConfig:
 
 
 def on_tokenized_text(config: ExperimentConfig, hf: Any, data_root: str) -> ExperimentConfig:
-    """`config` (a recipe) reading `data_root`'s `train.npy` and `tokenizer.json`, the token files that
-    `scripts/tokenize_text.py` makes with a model's own tokenizer (`olmo_repo.fetch.tokens`), for the model of the
-    HF config `hf`: the dataset's and the in-loop NIAH's tokenizer are that model's (its vocabulary; its end id,
-    the first where it lists several; its padding id, or the end id where it has none; its start id where it
-    differs from the end id), what the data-tokenizer check compares with the checkpoint's. Changed in place."""
+    """`config` (a recipe) reading the data of `data_root` (`on_data_root`) for the model of the HF config `hf`:
+    the dataset's and the in-loop NIAH's tokenizer are that model's (its vocabulary; its end id, the first where it
+    lists several; its padding id, or the end id where it has none; its start id where it differs from the end
+    id), what the data-tokenizer check compares with the checkpoint's. Changed in place."""
     eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
-    tokenizer = TokenizerConfig(
+    config.dataset.tokenizer = TokenizerConfig(
         vocab_size=hf.vocab_size,
         eos_token_id=eos,
         pad_token_id=eos if hf.pad_token_id is None else hf.pad_token_id,
         bos_token_id=None if hf.bos_token_id == eos else hf.bos_token_id,
         identifier=f"{data_root}/tokenizer.json",
     )
-    config.dataset.paths = [f"{data_root}/train.npy"]  # fetch.tokens.TOKENS_FILE (a sibling layer)
-    config.dataset.dtype = NumpyDatasetDType.uint32  # tokenize_text.py's
-    config.dataset.tokenizer = tokenizer
-    config.trainer.callbacks["niah"].tokenizer = tokenizer
+    return on_data_root(config, data_root)
+
+
+def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train.npy") -> ExperimentConfig:
+    """`config` (and its in-loop NIAH) reading `data_root`, a local folder of one of the project's commands: a mix folder of
+    `scripts/prepare_data.py --mix` (OLMo-core's source mixture of its `mix.json`: each source's shards, share
+    and repetition, the mix's tokens, the loader's batch and seed), a data folder of `scripts/prepare_data.py`
+    (the shards its `data.json` lists), else its file `default` (`scripts/tokenize_text.py`'s `train.npy`; the
+    demo's `stage2.npy`); uint32 ids, and the tokenizer.json recorded there as the dataset tokenizer's
+    identifier. Changed in place."""
+    root = data_root.rstrip("/")
+    dataset = config.dataset
+    tokenizer = dataset.tokenizer
+    if (Path(root) / datafolder.MIX).is_file():
+        mix = datafolder.mix(root)
+        sources = [
+            SourceMixtureConfig(
+                source_name=s["source_name"],
+                target_ratio=s["target_ratio"],
+                paths=[f"{root}/{p}" for p in s["paths"]],
+                max_repetition_ratio=s["max_repetition_ratio"],
+            )
+            for s in mix["sources"]
+        ]
+        requested = mix["tokens"] or sum(s["tokens"] * s["ai2_olmo_repeat"] for s in mix["sources"])
+        config.dataset = NumpyFSLDatasetConfig.from_src_mix(
+            SourceMixtureDatasetConfig(
+                source_list=SourceMixtureList(sources=sources),
+                requested_tokens=requested,
+                global_batch_size=config.data_loader.global_batch_size,
+                seed=config.data_loader.seed,
+                render_tables=False,
+            ),
+            sequence_length=dataset.sequence_length,
+            tokenizer=tokenizer,
+            dtype=NumpyDatasetDType.uint32,
+            work_dir=dataset.work_dir,
+        )
+        tokenizer.identifier = f"{root}/{mix['tokenizer']}"
+    elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
+        data = datafolder.manifest(root)
+        dataset.paths = datafolder.data_paths(root, data)
+        tokenizer.identifier = f"{root}/{data['tokenizer']}"
+    else:
+        dataset.paths = [f"{root}/{default}"]
+    config.dataset.dtype = NumpyDatasetDType.uint32  # both commands'
+    for callback in config.trainer.callbacks.values():  # in-loop NIAH's prompts: the data's tokenizer
+        if isinstance(callback, NiahCallbackConfig):
+            callback.tokenizer = tokenizer
     return config
 
 
 def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
+    """The data files a dataset reads: its paths, or every source's of its source mixture (a named mix's are
+    OLMo-core's own)."""
     paths = list(getattr(dataset, "paths", None) or [])
-    mix = getattr(dataset, "mix", None)
-    return [] if mix is not None else [str(p) for p in paths]
+    mixture = getattr(dataset, "source_mixture_config", None)
+    if mixture is not None:
+        paths = [p for source in mixture.source_list.sources for p in source.paths]
+    return [] if getattr(dataset, "mix", None) is not None else [str(p) for p in paths]
 
 
 _BUCKETS = ("s3", "r2", "weka", "gs")  # the object stores of olmo_core.io
@@ -190,6 +277,7 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
             block.sequence_mixer.check(model.n_layers)
+    _check_f_phi(config)
     _check_batch(config, world_size or int(os.environ.get("WORLD_SIZE", "1")))
     niah = [c for c in config.trainer.callbacks.values() if isinstance(c, NiahCallbackConfig) and c.enabled]
     for callback in niah:  # what its build would refuse once the model is up (no prompt built yet)
@@ -202,12 +290,48 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
     if config.load_path and not is_url(config.load_path):
         check_stage1(config.load_path, model)
     _check_tokenizer(config)
+    _check_data_folders(config)
     for callback in niah:  # one prompt per variant with the tokenizer checked above: a haystack too long
         callback.check_prompts_fit(config.train_module.max_sequence_length)
     if (
         not is_url(save) and folder.is_dir()
     ):  # last: the checkpoint a resume loads, a corrupt newer moved aside
-        latest_intact_checkpoint(folder, move_aside=os.environ.get("RANK", "0") == "0")
+        latest = latest_intact_checkpoint(folder, move_aside=os.environ.get("RANK", "0") == "0")
+        if latest is not None:
+            _check_resumed_f_phi(config, latest)
+
+
+def _check_f_phi(config: ExperimentConfig) -> None:
+    """The `f_phi` section's values (`modes.FPhiTraining.check`) and an index blend that a context-parallel
+    run could not compute (a shard's tokens have no index in a RePo layer: `olmo_repo.upstream.olmo_core`);
+    `OLMoConfigurationError` naming the key."""
+    att = repo_attention(config.model)
+    try:
+        f_phi_training(config).check(has_repo=att is not None)
+    except ValueError as e:
+        raise OLMoConfigurationError(str(e)) from None
+    if (
+        att is not None
+        and config.train_module.cp_config is not None
+        and index_blend(att.pe_blend_init, att.pe_blend_steps, 0)
+    ):
+        raise OLMoConfigurationError(
+            f"model.block.sequence_mixer.pe_blend_init={att.pe_blend_init} blends RePo positions with each "
+            "token's index, which a context-parallel shard does not have here: unset train_module.cp_config, "
+            "or set pe_blend_steps=0"
+        )
+
+
+def _check_resumed_f_phi(config: ExperimentConfig, checkpoint: Path) -> None:
+    """A resume keeps the `f_phi` section the run was started with (its optimizer groups and frozen weights are
+    in the checkpoint): `RepoError` naming both where the config's differs from the one `checkpoint` records (a
+    checkpoint without one recorded the paper's)."""
+    if not (checkpoint / CONFIG).is_file():
+        return
+    recorded = dict(read_config(checkpoint).get("f_phi") or {})
+    recorded.pop("_CLASS_", None)
+    if problem := f_phi_training(config).resume_problem(FPhiTraining(**recorded), str(checkpoint)):
+        raise RepoError(problem)
 
 
 def _check_tokenizer(config: ExperimentConfig) -> None:
@@ -249,14 +373,53 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
             )
         return
     ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
-    for path in _data_paths(config.dataset):  # the tokenizer each data folder records
-        ours[f"dataset.paths: {path} was made with {Path(path).parent / 'tokenizer.json'}, which"] = (
-            Path(path).parent / "tokenizer.json"
-        )
+    for path in _data_paths(config.dataset):  # what tokenize_text.py's folder records (prepare_data.py's:
+        if datafolder.folder_of(path) is None:  # `_check_data_folders`)
+            made = Path(path).parent / "tokenizer.json"
+            ours[f"dataset.paths: {path} was made with {made}, which"] = made
     for what, file in ours.items():
         if file.is_file() and (difference := vocabulary_difference(file, theirs)):
             raise RepoError(
                 f"{what} is not the tokenizer of load_path={config.load_path} ({theirs}: {difference}): {fix}"
+            )
+
+
+def _check_data_folders(config: ExperimentConfig) -> None:
+    """Every data folder of `scripts/prepare_data.py` that the dataset reads (each source's of a mix) is finished
+    and made with the model's tokenizer: the tokenizer.json it records has the ids of the checkpoint's (of
+    `dataset.tokenizer.identifier` without a local `load_path`), its end id is the dataset tokenizer's, and the
+    model embeds its vocabulary (`olmo_repo.vocab`). `RepoError` naming the folder."""
+    folders = dict.fromkeys(
+        f for p in _data_paths(config.dataset) if not is_url(p) and (f := datafolder.folder_of(p))
+    )
+    theirs, of = Path(config.dataset.tokenizer.identifier), "dataset.tokenizer.identifier"
+    if (
+        config.load_path
+        and not is_url(config.load_path)
+        and (Path(config.load_path) / "config.json").is_file()
+    ):
+        recorded = (read_config(config.load_path).get("dataset") or {}).get("tokenizer") or {}
+        if recorded.get("identifier"):
+            theirs, of = Path(recorded["identifier"]), f"load_path={config.load_path}"
+    for folder in folders:
+        data = datafolder.manifest(folder)
+        made, fix = (
+            folder / data["tokenizer"],
+            "make it with the model's tokenizer (scripts/prepare_data.py --model)",
+        )
+        if data["eos_token_id"] != config.dataset.tokenizer.eos_token_id:
+            raise RepoError(
+                f"{folder} ends documents with id {data['eos_token_id']}, but dataset.tokenizer.eos_token_id="
+                f"{config.dataset.tokenizer.eos_token_id}: {fix}"
+            )
+        if data["vocab_size"] > config.model.vocab_size:
+            raise RepoError(
+                f"{folder} was made with a tokenizer of {data['vocab_size']} tokens, more than model.vocab_size="
+                f"{config.model.vocab_size}: {fix}"
+            )
+        if theirs.is_file() and (difference := vocabulary_difference(made, theirs)):
+            raise RepoError(
+                f"{folder} was made with {made}, not the tokenizer of {of} ({theirs}: {difference}): {fix}"
             )
 
 
@@ -292,10 +455,32 @@ class MetricsFileCallback(Callback):
 
 @dataclass
 class PositionsCallback(Callback):
-    """`train/positions/layer{i}/{min,max,std}` (`olmo_repo.rope.position_stats`, the ai2-olmo side's too): the
-    spread of the positions each RePo layer predicts, on the first micro-batch of each step."""
+    """The index blend's p on every RePo layer (`rope.set_index_blend`), and the positions' statistics.
+
+    p = `modes.index_blend(blend_init, blend_steps, steps done)` (the schedule of the model config's RePo
+    attention): set before each step's forward (the step under way has `global_step - 1` steps done), after
+    each step (so in-loop evaluation, NIAH, scores with the p of the steps done) and before training starts (a
+    resume: the loaded step). Its priority runs it before the evaluator callbacks.
+
+    `train/positions/layer{i}/{stat}` (`olmo_repo.rope.position_stats`, the ai2-olmo side's too): the spread of
+    the positions each RePo layer predicts, on the first micro-batch of each step, and the step's p while it is
+    above 0."""
+
+    priority: ClassVar[int] = 5  # OLMo-core's evaluator callbacks have 0: this one runs first
+    blend_init: float = 0.0
+    """p at step 0 (`pe_blend_init`)."""
+    blend_steps: int = 0
+    """Steps over which p falls to 0 (`pe_blend_steps`; 0: no blend)."""
+
+    def _set_blend(self, steps_done: int) -> None:
+        p = index_blend(self.blend_init, self.blend_steps, steps_done)
+        set_index_blend(self.trainer.train_module.model, p)
+
+    def pre_train(self) -> None:
+        self._set_blend(self.trainer.global_step)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
+        self._set_blend(self.trainer.global_step - 1)
         self._observing = position_stats(self.trainer.train_module.model)
         self._stats = self._observing.__enter__()
 
@@ -303,6 +488,9 @@ class PositionsCallback(Callback):
         self._observing.__exit__(None, None, None)
         for name, value in self._stats.items():
             self.trainer.record_metric(name, value)
+
+    def post_step(self) -> None:
+        self._set_blend(self.trainer.global_step)
 
 
 @dataclass
@@ -327,17 +515,29 @@ def _backend() -> str:
 
 def build_trainer(config: ExperimentConfig) -> Trainer:
     """Model, train module, data loader and trainer of `config`, in an initialised process group (as
-    OLMo-core's `script_utils.main` builds them), with `MetricsFileCallback` and the config for the savers."""
+    OLMo-core's `script_utils.main` builds them), with `MetricsFileCallback`, `PositionsCallback` (the index
+    blend's schedule of the model's RePo attention), the `f_phi` section applied (its optimizer group, or every
+    other weight frozen) and the config for the savers."""
     seed_all(config.init_seed)
     model = config.model.build(init_device="meta")
-    train_module = config.train_module.build(model)
+    if f_phi_training(config).only:  # before FSDP and the optimizer: they take the frozen weights as such
+        for name, param in model.named_parameters():
+            param.requires_grad_(is_f_phi_param(name))
+    module_config = config.train_module
+    if (f_phi := _f_phi_override(config)) is not None:
+        optim = module_config.optim
+        optim = dataclasses.replace(optim, group_overrides=[*(optim.group_overrides or []), f_phi])
+        module_config = dataclasses.replace(module_config, optim=optim)
+    train_module = module_config.build(model)
     dataset = config.dataset.build()
     data_loader = config.data_loader.build(dataset, dp_process_group=train_module.dp_process_group)
     trainer_config = config.trainer
+    att = repo_attention(config.model)
+    blend = dict(blend_init=att.pe_blend_init, blend_steps=att.pe_blend_steps) if att is not None else {}
     added = (
         ("metrics_file", MetricsFileCallback()),
         ("signal_stop", SignalStopCallback()),
-        ("positions", PositionsCallback()),
+        ("positions", PositionsCallback(**blend)),
     )
     for name, callback in added:
         if name not in trainer_config.callbacks:
@@ -358,7 +558,9 @@ def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = T
             return False
     elif config.load_path:
         log.info(f"Initialising from {config.load_path} (strict: base bit-exact, RePo weights new)")
-        load_stage1(trainer, config.load_path, load_optim_state=load_optim_state)
+        # f_phi alone: the frozen base has no optimizer state to continue, and f_phi's starts fresh
+        optim = load_optim_state and not f_phi_training(config).only
+        load_stage1(trainer, config.load_path, load_optim_state=optim)
         # Loaded: `fit` would look for a checkpoint again and log that it trains "from scratch".
         trainer.load_strategy = LoadStrategy.never
     return True

@@ -15,6 +15,8 @@ signature), instead of letting the project fall back silently:
     vllm.py          vllm 0.32 (its own environment, .venv-vllm): the Olmo2 layers the RePo model reuses
     olmo_core.py     ai2-olmo-core 3.0 (its own environment, .venv-core): the attention internals the RePo
                      attention of the OLMo-core side overrides and extends
+    datatrove.py     datatrove 0.10.1 (its own environment, .venv-data): the tokenizer stage of data
+                     preparation (uint32, the model's end id, nothing truncated) and its shards' names
 
 Each module is imported by the code that needs it; none patches anything at import. The two registrations
 that do happen at import are stated where they happen: `olmo_repo.ai2olmo.registry.install()` (OLMo's block

@@ -26,6 +26,18 @@ What OLMo lacks, and what this module does about it:
   so extra batch keys ride along) -> `update_metrics(batch, ce_loss, logits [B, T, V])`, then
   `compute_metrics()` to the console (and `metrics.jsonl`) and W&B.
 
+- No per-group learning rate: `Trainer.train_step` sets every param group's lr to the scheduler's value at
+  `scheduler_current` right before `optim.step()` (its own TODO says so), and `load_trainer_state_dict`
+  does the same on restore and resets the weight decay of every group that has one to the config's. f_phi's
+  group (`olmo_repo.ai2olmo.trainer`) gets its own values back after both: before every step through a
+  step pre-hook of torch's optimizer (`hold_group_settings`, with `scheduled_lr`, the value `train_step`
+  computes), and after every restore. Its parameters leave the groups `build_optimizer` made
+  (`get_param_groups`: decay and no-decay, by parameter name, FSDP's original parameters with
+  `use_orig_params`) into a group of their own (`split_param_group`), which `fix_optim_state_dict` restores
+  like the others (same group count; OLMo's group fields from the current optimizer, the rest from the
+  checkpoint). The trainer reads steps completed as `global_step - 1` inside `train_step`, as `Trainer.fit`
+  counts the step before it runs it.
+
 `CANARIES` holds the source hashes of everything above at ai2-olmo 0.6.0 (`tests/test_upstream.py`).
 """
 
@@ -41,7 +53,9 @@ from olmo.config import EvaluatorConfig, ModelConfig, TrainConfig
 from olmo.eval import Evaluator
 from olmo.model import BufferCache, OLMo, OLMoBlock
 from olmo.tokenizer import Tokenizer
+from olmo.train import Trainer
 from torch import Tensor
+from torch.utils.hooks import RemovableHandle
 
 __all__ = [
     "CANARIES",
@@ -51,9 +65,12 @@ __all__ = [
     "attend",
     "fused_loss_available",
     "heads",
+    "hold_group_settings",
     "make_state_dict_compatible",
     "route_block_build",
     "route_evaluator_build",
+    "scheduled_lr",
+    "split_param_group",
 ]
 
 VERSION = "0.6.0"
@@ -73,6 +90,10 @@ CANARIES = {
     "olmo.train.Trainer.eval_step": "a9b417655dc033f9",
     "olmo.train.Trainer.eval_batch": "4b85d88f8cea9452",
     "olmo.train.Trainer.model_forward": "94274a85de63985d",
+    "olmo.train.Trainer.train_step": "059f5a8620a64ce8",  # one lr for every group, then optim.step()
+    "olmo.train.Trainer.load_trainer_state_dict": "0117753eb6151990",  # lr and weight decay reset
+    "olmo.optim.get_param_groups": "a52dcc81b9530d08",
+    "olmo.optim.fix_optim_state_dict": "8aad9a18d0c018e6",
 }
 
 KVCache = tuple[Tensor, Tensor]
@@ -102,7 +123,7 @@ class BiasAndPositions(NamedTuple):
     """What the RePo block passes as `attention_bias`: OLMo's bias and the positions of this block."""
 
     bias: Tensor | None
-    positions: Tensor | None  # [B, H_kv, T] fp32, RePo layers only
+    positions: Tensor | None  # [B, H_kv, T] fp32 (or broadcasting to it), RePo layers only
 
 
 def heads(block: OLMoBlock, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -161,3 +182,52 @@ def make_state_dict_compatible(model: OLMo, state_dict: dict[str, Any]) -> dict[
 def fused_loss_available() -> bool:
     """Whether OLMo's Trainer can use `fused_loss=true` (it needs flash-attn's cross-entropy)."""
     return olmo.train.fused_loss_fn is not None
+
+
+def scheduled_lr(trainer: Trainer) -> float:
+    """The learning rate `Trainer.train_step` gives every param group at this step (and
+    `load_trainer_state_dict` on restore): the scheduler's, at `scheduler_current` of `scheduler_max`."""
+    cfg = trainer.cfg
+    return trainer.scheduler.get_lr(
+        cfg.optimizer.learning_rate, trainer.scheduler_current, trainer.scheduler_max
+    )
+
+
+def split_param_group(
+    optim: torch.optim.Optimizer, select: Callable[[str], bool], settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Move the parameters whose names `select` accepts into param groups of their own with `settings`: one
+    per group of `get_param_groups` that holds any (with its other fields), or that group itself where it
+    holds nothing else. Before the first step (no optimizer state yet). Returns the groups."""
+    assert not optim.state, "param groups are split before the first step"
+    groups = []
+    for group in list(optim.param_groups):
+        picked = [select(name) for name in group["param_names"]]
+        if not any(picked):
+            continue
+        if all(picked):
+            group.update(settings)
+            groups.append(group)
+            continue
+        moved: dict[str, Any] = {k: v for k, v in group.items() if k not in ("params", "param_names")}
+        for key in ("params", "param_names"):
+            moved[key] = [x for x, pick in zip(group[key], picked) if pick]
+            group[key] = [x for x, pick in zip(group[key], picked) if not pick]
+        optim.add_param_group({**moved, **settings})
+        groups.append(optim.param_groups[-1])
+    return groups
+
+
+def hold_group_settings(
+    optim: torch.optim.Optimizer, settings: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> RemovableHandle:
+    """Before every `optim.step()` (after `Trainer.train_step` has set every group's lr to one value), update
+    each group by `settings(group)` (None: leave it). Idempotent: torch may run the hook twice for one step (a
+    patched subclass `step` calling its patched parent's)."""
+
+    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group in optimizer.param_groups:
+            if (update := settings(group)) is not None:
+                group.update(update)
+
+    return optim.register_step_pre_hook(hook)

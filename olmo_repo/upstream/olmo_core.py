@@ -12,6 +12,11 @@ What OLMo-core lacks, and what `olmo_repo.olmocore.attention` does about it:
   takes), so that `RepoAttentionConfig.build` constructs `RepoAttention` with OLMo-core's own arguments.
 - `Attention.apply_tp` and `Attention.init_weights` know only OLMo-core's projections: `RepoAttention` calls
   them, then plans and initialises f_phi's.
+- No token index outside RoPE: the index blend of a RePo layer (`modes.PositionKeys`) needs each token's position
+  as OLMo-core's RoPE counts it in `_prepare_qkv` (after a KV cache's past, restarting per document under
+  `cu_doc_lens`). `rope_index` restates that rule of `RotaryEmbedding.forward`. A context-parallel shard has no
+  such index for a RePo layer (OLMo-core shards RoPE's sin/cos tables only, for layers with a RoPE module): the
+  launcher refuses a blend there (`olmo_repo.olmocore.train.check_experiment`).
 
 - Importing `olmo_core.nn.attention` logs a warning where transformer_engine is missing (every CPU machine and
   most GPU ones; this project never uses TE attention), ahead of every command's output and its one-line error:
@@ -38,6 +43,7 @@ __all__ = [
     "VERSION",
     "attention_kwargs",
     "quiet_optional_backends",
+    "rope_index",
     "truncated_files",
 ]
 
@@ -49,6 +55,7 @@ CANARIES = {  # source hashes on ai2-olmo-core==3.0.0
     "olmo_core.nn.attention.AttentionConfig.build": "38d7942d51190706",
     "olmo_core.nn.attention.Attention.apply_tp": "48b95443e5ea9ddf",
     "olmo_core.nn.attention.Attention.init_weights": "cef70febea03d9ac",
+    "olmo_core.nn.rope.RotaryEmbedding.forward": "8cd619bb6adabfc9",
     "torch.distributed.checkpoint.filesystem._StorageInfo": "74febf0cc7db965c",
 }
 
@@ -88,6 +95,21 @@ def attention_kwargs(
         if kwargs.pop(key, None):
             raise OLMoConfigurationError(f"['{key}'] are only supported by fused_v2 attention")
     return kwargs
+
+
+def rope_index(batch: int, seq_len: int, *, start_pos: Any, cu_doc_lens: Any, device: Any) -> Any:
+    """Each token's position as ai2-olmo-core 3.0.0's `RotaryEmbedding.forward` rotates it when `_prepare_qkv`
+    calls it (queries and keys of the same `seq_len` tokens): `start_pos + t` under a KV cache (`start_pos`: the
+    cache's length, a 0-d tensor, or an int), the position within its document where `cu_doc_lens` is given
+    (intra-document RoPE over the flattened batch: [B, T]), else `t` ([T])."""
+    import torch
+
+    if cu_doc_lens is not None:
+        flat = torch.arange(batch * seq_len, device=device, dtype=cu_doc_lens.dtype)
+        doc = torch.bucketize(flat, cu_doc_lens[1:], right=True)
+        return (flat - cu_doc_lens[doc]).view(batch, seq_len)  # [B, T]
+    index = torch.arange(seq_len, device=device)  # [T]
+    return index if start_pos is None else index + start_pos
 
 
 def truncated_files(directory: Path, metadata: Any) -> list[tuple[Path, int, int]]:

@@ -71,6 +71,16 @@ def _init_optimizer_state_inertly(optim: torch.optim.Optimizer) -> None:
             state["step"].zero_()
 
 
+TRAIN_STATE_TYPES = [
+    pathlib.PosixPath,
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+    np.core.multiarray._reconstruct,  # type: ignore[attr-defined]
+]
+"""What OLMo's `train.pt` holds beyond tensors and plain values: checkpoint paths and numpy's RNG state."""
+
+
 def patch_torch_for_olmo() -> None:
     """Assumptions of ai2-olmo 0.6.0 that break on current torch, on CPU, or in its olmo_core checkpointer,
     fixed here and only here. Idempotent; on a CUDA machine 2 and 4 apply.
@@ -96,12 +106,11 @@ def patch_torch_for_olmo() -> None:
         torch.cuda.set_rng_state = lambda new_state, device="cuda": None  # type: ignore[assignment]
         FSDP.set_state_dict_type = staticmethod(_set_state_dict_type_without_offload)  # type: ignore[method-assign]
     olmo_core_checkpoint.init_optimizer_state = _init_optimizer_state_inertly
-    torch.serialization.add_safe_globals(
-        [
-            pathlib.PosixPath,
-            np.ndarray,
-            np.dtype,
-            type(np.dtype(np.uint32)),
-            np.core.multiarray._reconstruct,  # type: ignore[attr-defined]
-        ]
-    )
+    torch.serialization.add_safe_globals(TRAIN_STATE_TYPES)
+
+
+def read_train_state(path: str | pathlib.Path) -> dict:
+    """OLMo's `train.pt` (the trainer state) through torch's safe loader, allowing `TRAIN_STATE_TYPES` for
+    this read only (where `patch_torch_for_olmo`, which allows them process-wide, has not run)."""
+    with torch.serialization.safe_globals(TRAIN_STATE_TYPES):
+        return torch.load(path, map_location="cpu", weights_only=True)

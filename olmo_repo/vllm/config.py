@@ -35,8 +35,8 @@ REPO_MODEL_TYPES = tuple(
 def repo_config(hf_config: PretrainedConfig, model: str) -> PretrainedConfig:
     """`hf_config` as a config with the RePo keys: this project's (`REPO_MODEL_TYPES`) as is (also their
     remote-code copies), the reference's `olmo2` + `pe_config` translated, stock Olmo2 as a `repo_olmo2`
-    config whose layers are all RoPE; f_phi's weights in `model` checked against it. Raises ValueError naming the key or weight vLLM
-    cannot run."""
+    config whose layers are all RoPE; f_phi's weights in `model` checked against it, and the position keys,
+    `hf_overrides` included. Raises ValueError naming the key or weight vLLM cannot run."""
     shapes = weight_shapes(model)
     if getattr(hf_config, "pe_config", None) is not None:
         return reference_config(hf_config.to_dict(), shapes, str(model))
@@ -45,6 +45,8 @@ def repo_config(hf_config: PretrainedConfig, model: str) -> PretrainedConfig:
         config_dict: dict[str, Any] = {k: v for k, v in hf_config.to_dict().items() if k != "architectures"}
         config = RepoOlmo2Config.from_dict({**config_dict, "model_type": RepoOlmo2Config.model_type})
     check_f_phi(shapes, config, str(model))
+    # Keys set after the config was made (vLLM's `hf_overrides`: `pe_blend`, `pe_positions`) are checked here.
+    config.validate_position_modes()
     if config.model_type == RepoQwen3Config.model_type and len(set(config.layer_types or ())) > 1:
         # vLLM's Qwen 3 model refuses this too (`Qwen2Model.__init__`): one window from the cache config for
         # every layer. The plugin builds Qwen 3 on Llama's model, which does not check it.

@@ -46,7 +46,7 @@ from vllm.model_executor.models.utils import (
 )
 from vllm.platforms import current_platform
 
-from ..modes import PositionMode, layer_modes
+from ..modes import PositionMode, ScoredPositionKeys, layer_modes
 from ..rope import RepoLayer, rank_kv_heads
 from ..upstream.vllm import OlmoHybridAttention, OlmoHybridMLP, layer_config
 from .config import repo_config
@@ -71,7 +71,9 @@ class RepoAttention(RepoLayer):
 
     def init_repo_attention(self, config: PretrainedConfig, prefix: str, pe_mode: str) -> None:
         """Called after the stock `__init__`: f_phi (repo) and the frequencies it rotates with; `nope` and
-        `repo` layers drop the integer-position RoPE. `config` is the layer's HF config (OLMo 3: its view)."""
+        `repo` layers drop the integer-position RoPE. `config` is the layer's HF config (OLMo 3: its view); its
+        `pe_blend` and `pe_positions` (`modes.ScoredPositionKeys`: absent from the reference's format, whose
+        checkpoints score at p = 0; `hf_overrides` may set them) say what RePo layers rotate by."""
         vllm_config = get_current_vllm_config()
         if pe_mode != PositionMode.rope:
             self.rotary_emb = None  # no path of a nope/repo layer rotates by integer positions
@@ -90,6 +92,8 @@ class RepoAttention(RepoLayer):
             head_dim=self.head_dim,
             kv_heads=rank_kv_heads(self.total_num_kv_heads, tp_size, tp_rank),
             dtype=torch.float32 if current_platform.is_cpu() else None,
+            index_blend=getattr(config, "pe_blend", ScoredPositionKeys.pe_blend),
+            position_source=getattr(config, "pe_positions", ScoredPositionKeys.pe_positions),
         )
         if pe_mode != PositionMode.repo:
             return
@@ -113,10 +117,11 @@ class RepoAttention(RepoLayer):
         return q, k
 
     def rotate(
-        self, hidden_states: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The RePo step in place of `rotary_emb(positions, q, k)`: q, k [T, H * d_head] rotated by the positions
-        f_phi predicts from hidden_states [T, d] (upcast where the weights are: CPU); nope: as they are."""
+        f_phi predicts from hidden_states [T, d] (upcast where the weights are: CPU), blended with or replaced by
+        the token index `positions` [T] as the config says; nope: as they are."""
         if self.pe_mode != PositionMode.repo:
             return q, k
         n = q.shape[0]
@@ -125,6 +130,7 @@ class RepoAttention(RepoLayer):
             x,
             q.view(n, self.num_heads, self.head_dim),
             k.view(n, self.num_kv_heads, self.head_dim),
+            index=positions,
             tokens_first=True,
         )  # [T, H, d_head]
         return q.reshape(n, -1), k.reshape(n, -1)
@@ -138,7 +144,7 @@ class RepoAttention(RepoLayer):
             return super().forward(positions, hidden_states)  # type: ignore[misc]
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.rotate(hidden_states, *self.norm_qk(q, k))  # [T, H * d_head]
+        q, k = self.rotate(positions, hidden_states, *self.norm_qk(q, k))  # [T, H * d_head]
         out, _ = self.o_proj(self.attn(q, k, v))
         return out
 

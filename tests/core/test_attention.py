@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +19,7 @@ from olmo_core.optim import AdamWConfig, OptimGroupOverride
 
 from olmo_repo.modes import F_PHI_WEIGHTS, layer_modes
 from olmo_repo.olmocore.attention import RepoAttention, RepoAttentionConfig, with_position_modes
-from olmo_repo.rope import record_positions
+from olmo_repo.rope import record_positions, set_index_blend
 
 from .tiny import assert_within, olmo2_tiny
 
@@ -86,7 +87,8 @@ def test_a_repo_or_nope_layer_is_what_olmo_cores_build_makes_without_rope(option
         torch.manual_seed(layer)
         b = repo.build(128, layer_idx=layer, n_layers=3, init_device="cpu")
         assert type(b) is RepoAttention and b.pe_mode == "nope"
-        core = ("pe_mode", "layer_id", "repo_head_dim", "repo_rope_theta", "repo_rope")
+        core = ("pe_mode", "layer_id", "repo_head_dim", "repo_rope_theta", "repo_rope", "index_blend")
+        core = (*core, "position_source")
         ours = {k: repr(v) for k, v in vars(b).items() if k not in (*core, "_modules", "_parameters")}
         assert ours == {k: repr(v) for k, v in vars(a).items() if k not in ("_modules", "_parameters")}, layer
         assert {k: repr(v) for k, v in b.named_children()} == {k: repr(v) for k, v in a.named_children()}
@@ -273,3 +275,136 @@ def test_configs_that_cannot_work_fail_naming_the_key():
             TransformerConfig.llama_like(vocab_size=100, d_model=64, n_layers=2, n_heads=4, fused_ops=True),
             "repo",
         )
+
+
+# ------------------------------------------------------------------------------------------- the index blend
+
+
+def _blend_models(spread: float = 300.0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The RoPE model and the RePo model made from it (RePo in layers 1-3, every stock weight copied, f_phi at
+    its init widened so that its positions are far from the index: a trained, non-zero f_phi)."""
+    rope = _model(olmo2_tiny("rope"))
+    repo = _model(
+        with_position_modes(olmo2_tiny("rope"), "repo", 1, pe_blend_init=1.0, pe_blend_steps=4), spread=spread
+    )
+    assert set(repo.load_state_dict(rope.state_dict(), strict=False).missing_keys) == {
+        f"blocks.{i}.attention.{n}.weight" for i in (1, 2, 3) for n in F_PHI_WEIGHTS
+    }
+    return rope, repo
+
+
+def test_blend_keys_are_the_rule_sets_and_override_like_any_key():
+    """`RepoAttentionConfig` takes its position keys from `modes.PositionKeys` (the one declaration), defaults the
+    paper's (no blend); `--model.block.sequence_mixer.pe_blend_init=...` reaches them, and the config records them."""
+    from olmo_repo.modes import PE_KEYS
+
+    config = olmo2_tiny("repo", 1)
+    att = config.block.sequence_mixer
+    assert {f.name for f in dataclasses.fields(RepoAttentionConfig)} >= set(PE_KEYS)
+    assert (att.pe_blend_init, att.pe_blend_steps) == (0.0, 0)
+    merged = config.merge(
+        ["block.sequence_mixer.pe_blend_init=0.5", "block.sequence_mixer.pe_blend_steps=100"]
+    )
+    saved = merged.as_config_dict()["block"]["sequence_mixer"]
+    assert (saved["pe_blend_init"], saved["pe_blend_steps"]) == (0.5, 100)
+    assert TransformerConfig.from_dict(merged.as_config_dict()) == merged
+
+
+@pytest.mark.parametrize(
+    "keys, says",
+    [
+        (
+            dict(pe_blend_init=1.5, pe_blend_steps=10),
+            "model.block.sequence_mixer.pe_blend_init=1.5 is not a blend",
+        ),
+        (dict(pe_blend_init=-0.1, pe_blend_steps=10), "pe_blend_init=-0.1 is not a blend weight"),
+        (
+            dict(pe_blend_init=1.0, pe_blend_steps=-1),
+            "model.block.sequence_mixer.pe_blend_steps=-1 is not a step",
+        ),
+        (dict(pe_mode="nope", pe_blend_init=1.0, pe_blend_steps=10), "but this model has none"),
+    ],
+)
+def test_bad_blend_values_are_refused_naming_the_key(keys, says):
+    mode = keys.pop("pe_mode", "repo")
+    with pytest.raises(OLMoConfigurationError, match=re.escape(says)) as error:
+        with_position_modes(olmo2_tiny("rope"), mode, 1, **keys)
+    assert "\n" not in str(error.value)
+
+
+def test_blend_at_one_is_the_rope_model_bitwise():
+    """p = 1: each RePo layer rotates by exactly the token index, as the RoPE layer it replaced, so the logits
+    are the RoPE model's bit for bit in fp32 (f_phi far from the index). OLMo-core's RoPE computes the same fp32
+    numbers: inverse frequencies theta^(-2k/d), angles index x frequency (one product each), cos/sin, and
+    x1 cos - x2 sin, x2 cos + x1 sin (its t cos + rotate_half(t) sin: the same products and sums)."""
+    rope, repo = _blend_models()
+    ids = torch.randint(0, 100, (2, 40))
+    with torch.no_grad():
+        want = rope(ids)
+        set_index_blend(repo, 1.0)
+        got = repo(ids)
+        set_index_blend(repo, 0.0)
+        learned = repo(ids)
+    assert torch.equal(got, want)
+    assert (learned - want).abs().max() > 1e-2  # f_phi's own positions score otherwise
+
+
+def _unrotated(att: RepoAttention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k, _ = Attention._prepare_qkv(
+        att, x
+    )  # OLMo-core's step without RoPE (the layer has none): [B, T, H, hd]
+    return q, k
+
+
+@pytest.mark.parametrize("offset", ["start_pos", "documents"])
+def test_half_blend_rotates_by_the_hand_computed_positions_at_the_tokens_index(offset):
+    """p = 0.5, a trained f_phi, tokens whose index is not 0..T-1: decoding after a KV cache's 7 tokens
+    (`start_pos`, as OLMo-core's KV cache passes it), or the second of two packed documents (`cu_doc_lens`:
+    OLMo-core's RoPE restarts there). q and k are rotated by 0.5 z + 0.5 i with i that index, and differ from
+    p = 0 (f_phi alone) and p = 1 (the RoPE layer's rotation, checked against OLMo-core's RoPE at that offset)."""
+    rope, repo = _blend_models()
+    att, stock = repo.blocks["1"].attention, rope.blocks["1"].attention
+    x = torch.randn(2, 12, 64)
+    if offset == "start_pos":
+        kwargs, index = dict(start_pos=torch.tensor(7, dtype=torch.int32)), 7 + torch.arange(12.0)
+    else:
+        cu = torch.tensor([0, 5, 12, 24], dtype=torch.int32)  # row 0: 5 + 7 tokens; row 1: one document
+        kwargs, index = (
+            dict(cu_doc_lens=cu),
+            torch.cat((torch.arange(5.0), torch.arange(7.0), torch.arange(12.0))),
+        )
+        index = index.view(2, 12)
+    q0, k0 = _unrotated(att, x)
+    z = att.predict_positions(x)  # [B, H_kv, T], far from the index
+    results = {}
+    for p in (0.0, 0.5, 1.0):
+        set_index_blend(repo, p)
+        results[p] = att._prepare_qkv(x, **kwargs)[:2]
+    blended = 0.5 * z + 0.5 * torch.broadcast_to(index, (2, 12)).unsqueeze(1)  # by hand: (1 - p) z + p i
+    want = att.apply_positions(q0, k0, blended, tokens_first=True)
+    for got, w in zip(results[0.5], want):
+        assert torch.equal(got, w)
+    assert not torch.allclose(results[0.5][0], results[0.0][0], atol=1e-3)
+    assert not torch.allclose(results[0.5][0], results[1.0][0], atol=1e-3)
+    for got, w in zip(results[1.0], stock._prepare_qkv(x, **kwargs)[:2]):
+        assert torch.equal(got, w)  # p = 1: OLMo-core's RoPE at the same offset
+
+
+def test_a_context_parallel_blend_is_refused_before_the_run(tmp_path):
+    """A context-parallel shard of a RePo layer has no token index (OLMo-core shards RoPE's tables only): a
+    blend there is refused in one line by the launcher's check, not guessed."""
+    from olmo_core.train.train_module import TransformerContextParallelConfig
+
+    from olmo_repo.olmocore.train import check_experiment
+
+    from .training import tiny_experiment
+
+    blend = [
+        "--model.block.sequence_mixer.pe_blend_init=1.0",
+        "--model.block.sequence_mixer.pe_blend_steps=10",
+    ]
+    config = tiny_experiment(tmp_path / "run", tmp_path, *blend)
+    config.train_module.cp_config = TransformerContextParallelConfig.llama3(degree=2)
+    with pytest.raises(OLMoConfigurationError, match=r"pe_blend_init=1.0 .* unset train_module.cp_config"):
+        check_experiment(config, world_size=2)
+    assert not (tmp_path / "run").exists()

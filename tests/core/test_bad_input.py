@@ -98,6 +98,22 @@ def _one_line(capsys, prog: str, says: str) -> None:
             "at least 1",
         ),
         (["--dataset.sequence_length=0"], "error: dataset.sequence_length=0 is not a training length"),
+        # Issue 48's knobs: the rule set's messages (modes.py), the ai2-olmo side's too.
+        (
+            [
+                "--model.block.sequence_mixer.pe_blend_init=1.5",
+                "--model.block.sequence_mixer.pe_blend_steps=9",
+            ],
+            "model.block.sequence_mixer.pe_blend_init=1.5 is not a blend weight; allowed: a number in [0, 1]",
+        ),
+        (["--model.block.sequence_mixer.pe_blend_steps=-3"], "pe_blend_steps=-3 is not a step count"),
+        (["--f_phi.lr_multiplier=0"], "f_phi.lr_multiplier=0"),
+        (["--f_phi.lr_multiplier=.inf"], "f_phi.lr_multiplier=inf; allowed: a finite number > 0"),
+        (["--nproc-per-node=2", "--f_phi.weight_decay=-1"], "f_phi.weight_decay=-1"),
+        (
+            ["--f_phi.only=true", "--model.block.sequence_mixer.pe_mode=rope"],
+            "f_phi.only=true trains f_phi alone, but this model has no RePo layer",
+        ),
         # What the NIAH callback's build refuses once the model is up, said before any worker starts.
         (["--trainer.callbacks.niah.variants=[niah_bogus]"], "trainer.callbacks.niah.variants: unknown"),
         (

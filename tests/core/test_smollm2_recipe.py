@@ -1,6 +1,8 @@
 """`scripts/smollm2_recipe.py` end to end at its smallest size (1 step per run, one NIAH prompt at 512 tokens) on
-the real SmolLM2 directory: the two runs, the held-out losses and the report; a rerun changes nothing; a folder
-that is not the recipe's is refused before any work."""
+the real SmolLM2 directory: two of its arms (the paper's RePo and the one set up to learn positions: a step 0
+of its own, and one that starts as the stock model), the held-out losses with replaced positions, the position
+statistics and the report; a rerun changes nothing; a folder that is not the recipe's is refused before any
+work."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ SMALLEST = [
     "--variants=niah_single_1",
     "--procs=1",
     "--heldout-topics=2",
+    "--arms=repo,repo-learn",  # the RoPE arm is the same machinery with another override
 ]
 
 
@@ -57,22 +60,36 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
     )  # whole topics, each ended
 
     losses = json.loads(stages["heldout"]["losses"])
-    assert list(losses) == ["stock", "RePo, step 0", "RoPE, step 1", "RePo, step 1"]
-    # The insertion cost: fresh f_phi predicts positions near 0, so layers 9..29 start position-less (NoPE).
-    assert losses["RePo, step 0"] > losses["stock"]
-    # Both arms trained the same step; only RePo logs positions, for exactly its layers.
-    records = {name: read_metrics(out / f"run-{name}" / METRICS_FILE) for name in ("repo", "rope")}
+    assert list(losses) == [
+        "stock", "RePo, step 0", "RePo, step 1", "RePo, learning, step 1",
+        "RePo, step 1, index", "RePo, step 1, constant", "RePo, learning, step 1, index",
+        "RePo, learning, step 1, constant",
+    ]  # fmt: skip
+    # The insertion cost: fresh f_phi predicts positions near 0, so layers 9..29 start position-less (NoPE) ...
+    assert losses["RePo, step 0"] > losses["stock"] + 0.5
+    # ... where the blended arm starts as the stock model (p = 1) and is still near it after one step (p = 0.98)
+    assert abs(losses["RePo, learning, step 1"] - losses["stock"]) < 0.1
+    assert abs(losses["RePo, learning, step 1, index"] - losses["stock"]) < 0.1
+    assert losses["RePo, step 1, constant"] > losses["stock"] + 0.5
+    positions = json.loads(stages["heldout"]["positions"])
+    assert list(positions) == ["RePo", "RePo, learning"]
+    assert all(list(layers) == [str(i) for i in range(9, 30)] for layers in positions.values())
+    assert all(set(s) == {"min", "max", "std", "p05", "p95", "rank_corr"} for s in positions["RePo"].values())
+    # Both arms trained the same step, logging positions for exactly their RePo layers; the blend's p on the
+    # learning arm only (1 at the first step).
+    records = {name: read_metrics(out / f"run-{name}" / METRICS_FILE) for name in ("repo", "repo-learn")}
     for name, logged in records.items():
         assert [r["step"] for r in logged if "train/CE loss" in r] == [1], name
-    layers = {k.split("/")[2] for r in records["repo"] for k in r if k.startswith("train/positions/")}
-    assert layers == {f"layer{i}" for i in range(9, 30)}
-    assert not any(k.startswith("train/positions/") for r in records["rope"] for k in r)
+        layers = {k.split("/")[2] for r in logged for k in r if k.startswith("train/positions/layer")}
+        assert layers == {f"layer{i}" for i in range(9, 30)}, name
+    assert [r.get("train/positions/index_blend") for r in records["repo-learn"] if "train/CE loss" in r] == [1.0]
+    assert not any("train/positions/index_blend" in r for r in records["repo"])
 
     report = (out / "report.md").read_text()
     for heading in ("## Insertion cost and training", "## Needle in a haystack", "## Learned positions: RePo",
-                    "## What this shows, and what it does not"):  # fmt: skip
+                    "## What this shows, and what it does not", "rank corr"):  # fmt: skip
         assert heading in report, heading
-    assert "## Learned positions: RoPE" not in report and f"| stock | {losses['stock']:.4f} |" in report
+    assert f"| stock | {losses['stock']:.4f} |" in report and "`f_phi.lr_multiplier=240`" in report
     assert (out / "figures" / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
 
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}

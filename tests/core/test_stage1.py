@@ -12,7 +12,7 @@ from olmo_core.distributed.utils import get_full_tensor, init_distributed
 
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.fit import CheckpointFitError, f_phi_layer
-from olmo_repo.modes import F_PHI_WEIGHTS
+from olmo_repo.modes import F_PHI_WEIGHTS, POSITION_STATS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import with_position_modes
 from olmo_repo.olmocore.hf import hf_to_core
@@ -155,7 +155,7 @@ def test_positions_are_logged_per_repo_layer(setup, tmp_path, caplog):
     logged = metrics(tmp_path / "run")
     for step in (1, 2):
         names = {k for k in logged[step] if k.startswith("train/positions/")}
-        assert names == {f"train/positions/layer{i}/{s}" for i in (1, 2, 3) for s in ("min", "max", "std")}
+        assert names == {f"train/positions/layer{i}/{s}" for i in (1, 2, 3) for s in POSITION_STATS}
         assert logged[step]["train/positions/layer1/min"] <= logged[step]["train/positions/layer1/max"]
 
 

@@ -1,5 +1,6 @@
 """Tensor parallelism (OLMo-core's `apply_tp`) of a RePo model on two gloo ranks: the logits and positions of the
-unsplit model, f_phi split like a feed-forward (each rank holds half of gate_map/content_map's rows)."""
+unsplit model, f_phi split like a feed-forward (each rank holds half of gate_map/content_map's rows), also with
+the index blend on."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from olmo_core.testing import run_distributed_test
 from torch.distributed.device_mesh import init_device_mesh
 
 from olmo_repo.olmocore.attention import RepoAttention
-from olmo_repo.rope import record_positions
+from olmo_repo.rope import record_positions, set_index_blend
 
 from .tiny import assert_within, olmo2_tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two spawned processes
 
 
-def _compare(kv_heads: int | None) -> None:
+def _compare(kv_heads: int | None, blend: float) -> None:
     config = olmo2_tiny("repo", 1, n_kv_heads=kv_heads)
     torch.manual_seed(0)
     model = config.build(init_device="cpu")
@@ -26,6 +27,7 @@ def _compare(kv_heads: int | None) -> None:
         for block in model.blocks.values():
             if isinstance(block.attention, RepoAttention):
                 block.attention.final_map.weight.mul_(3000.0)
+    set_index_blend(model, blend)  # each rank blends its key/value heads' positions with the token index
     ids = torch.randint(0, 100, (2, 16))
     with torch.no_grad(), record_positions(model) as positions:
         want = model(ids)
@@ -43,7 +45,8 @@ def _compare(kv_heads: int | None) -> None:
         )
 
 
-@pytest.mark.parametrize("kv_heads", [None, 2])
-def test_tensor_parallel_repo_equals_the_unsplit_model(kv_heads):
+@pytest.mark.parametrize("kv_heads, blend", [(None, 0.0), (2, 0.5)])
+def test_tensor_parallel_repo_equals_the_unsplit_model(kv_heads, blend):
     # spawn, not fork: earlier tests of this process leave threads (gloo, OLMo-core's bookkeeping) a fork inherits
-    run_distributed_test(_compare, world_size=2, backend="gloo", start_method="spawn", func_args=(kv_heads,))
+    args = (kv_heads, blend)
+    run_distributed_test(_compare, world_size=2, backend="gloo", start_method="spawn", func_args=args)

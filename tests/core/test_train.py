@@ -20,20 +20,33 @@ from olmo_repo.cli import core_train
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.metrics import METRICS_FILE, read_metrics
+from olmo_repo.modes import index_blend
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.ownership import LOCK_FILE
 
 from ..s3_server import loopback_s3
 from ..training import holder
-from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint
+from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint, tiny_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.procs]  # three two-process training runs
 
 STEPS = 8  # the kill lands while the run has steps to go, even on a loaded machine
+LR = 3.0e-3  # tiny-stage2-repo.py's
+KNOBS = (  # issue 48's: f_phi's own lr and weight decay (the base's: 0.1), the index blend over 6 of the 8 steps
+    "--f_phi.lr_multiplier=3",
+    "--f_phi.weight_decay=0.01",
+    "--model.block.sequence_mixer.pe_blend_init=1.0",
+    "--model.block.sequence_mixer.pe_blend_steps=6",
+)
 
 
 def _command(
-    save_folder: Path | str, data: Path, stage1: Path | str, steps: int = STEPS, launcher: bool = False
+    save_folder: Path | str,
+    data: Path,
+    stage1: Path | str,
+    steps: int = STEPS,
+    launcher: bool = False,
+    knobs: tuple[str, ...] = (),
 ) -> list[str]:
     """torchrun of two workers, or (`launcher`) the documented start, which checks first and then starts them."""
     start = (
@@ -48,6 +61,7 @@ def _command(
         f"--trainer.max_duration.value={steps}", "--trainer.callbacks.checkpointer.save_interval=2",
         "--trainer.callbacks.checkpointer.max_checkpoints=10",  # step 0 is compared with the stage-1 start
         "--trainer.callbacks.niah.enabled=false",  # in-loop NIAH: test_stage1.py
+        *knobs,
     ]  # fmt: skip
 
 
@@ -76,9 +90,11 @@ def _flat(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(inputs, tmp_path):
+    """With issue 48's knobs on: f_phi's optimizer group (lr x 3, weight decay 0.01) and the index blend's p
+    continue exactly across the kill, as the losses do."""
     data, stage1 = inputs
     whole = tmp_path / "whole"
-    _run(_command(whole, data, stage1), tmp_path / "whole.log")
+    _run(_command(whole, data, stage1, knobs=KNOBS), tmp_path / "whole.log")
 
     # Stage-1 initialisation under FSDP on two ranks, as the step-0 checkpoint holds it: base tensors and AdamW
     # state bit-exact, f_phi new with fresh state, nothing else missing or added.
@@ -100,7 +116,7 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
     # started as documented (`--nproc-per-node`: checked, then torchrun), the uninterrupted run by torchrun.
     killed = tmp_path / "killed"
     log = tmp_path / "killed.log"
-    command = _command(killed, data, stage1, launcher=True)
+    command = _command(killed, data, stage1, launcher=True, knobs=KNOBS)
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=_env(), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
@@ -127,8 +143,14 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
     ):  # one record per step (checkpoint steps' later numbers merged), across the resume
         steps = [r["step"] for r in read_metrics(run / METRICS_FILE)]
         assert steps == sorted(set(steps)), steps
+    scheduler = tiny_experiment(whole, data).train_module.scheduler
     for step in range(1, STEPS + 1):
         assert b[step]["train/CE loss"] == a[step]["train/CE loss"], step
+        # each group's lr (embeddings, f_phi, the rest) exactly the schedule's of its initial lr, in both runs
+        want = [scheduler.get_lr(initial, step, STEPS) for initial in (LR, 3 * LR, LR)]
+        for run in (a, b):
+            assert [run[step][f"optim/LR (group {g})"] for g in range(3)] == want, step
+            assert run[step].get("train/positions/index_blend", 0.0) == index_blend(1.0, 6, step - 1), step
 
 
 def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys):

@@ -1,7 +1,9 @@
 """Llama 3 and Qwen 3 shapes trained with OLMo-core's Trainer on CPU (`configs/olmocore/tiny-llama3-repo.py`,
 `tiny-qwen3-repo.py`): two gloo processes from a stage-1 checkpoint (exactly f_phi new), in-loop NIAH at the
-start and the end; the Llama run also killed after a checkpoint and resumed with the losses of an uninterrupted
-run (the resume does not depend on the model's family: the OLMo one is test_train.py's)."""
+start and the end, on data made by `scripts/prepare_data.py` from jsonl text with the model's tokenizer (Llama: a
+data folder; Qwen 3: a mix of two sources, OLMo-core's source mixture); the Llama run also killed after a
+checkpoint and resumed with the losses of an uninterrupted run (the resume does not depend on the model's family:
+the OLMo one is test_train.py's)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from olmo_repo.olmocore.attention import with_position_modes
 from olmo_repo.olmocore.checkpoint import save_model
 from olmo_repo.olmocore.train import load_build_config
 
+from ..prepared_data import needs_data_env, prepare_data, write_corpus
 from .test_train import _env, _flat, _run
-from .training import ROOT, metrics, random_corpus, tiny_options
+from .training import ROOT, metrics, tiny_options
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two-process training runs
+pytestmark = [pytest.mark.slow, pytest.mark.procs, needs_data_env]  # two-process training runs
 
 CONFIGS = ROOT / "configs" / "olmocore"
 STEPS = 4
@@ -63,10 +66,32 @@ def _command(config: Path, save: Path, data: Path, stage1: Path, launcher: bool 
     ]  # fmt: skip
 
 
+def _prepared(root: Path, family: str) -> Path:
+    """The demo's kind of text (~30K tokens) as jsonl, made into a run's data with the demo's tokenizer, the tiny
+    models' own: for Llama a data folder, for Qwen 3 a mix of two sources (shares 0.7 and 0.3 of 32K tokens)."""
+    import random
+
+    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.demo.corpus import generate_document
+
+    rng = random.Random(0)
+    texts = [" ".join(generate_document(rng) for _ in range(8)) for _ in range(120)]
+    write_corpus({root / "text" / f"{i}.jsonl": [{"text": t} for t in texts[i::3]] for i in range(3)})
+    model, out = ["--model", str(BASE_DIR), "--workers", "1"], root / "data"
+    if family == "llama3":
+        prepare_data(*model, "--output", str(out), str(root / "text"))
+        return out
+    mix = root / "mix.yaml"
+    mix.write_text(f"tokens: 32768\nsources:\n  - {{name: a, inputs: ['{root}/text/[01].jsonl'], share: 0.7}}\n"
+                   f"  - {{name: b, inputs: ['{root}/text/2.jsonl'], share: 0.3}}\n")  # fmt: skip
+    prepare_data(*model, "--mix", str(mix), "--output", str(out))
+    return out
+
+
 @pytest.mark.parametrize("family", ["llama3", "qwen3"])
 def test_a_run_from_stage1_scores_niah_and_resumes_after_a_kill_as_uninterrupted(family, tmp_path):
     config = CONFIGS / f"tiny-{family}-repo.py"
-    data = random_corpus(tmp_path / "data")
+    data = _prepared(tmp_path, family)
     stage1 = _stage1(config, data, tmp_path / "stage1")
     whole = tmp_path / "whole"
     _run(_command(config, whole, data, stage1), tmp_path / "whole.log")

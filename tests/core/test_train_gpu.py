@@ -3,7 +3,7 @@ from the base model converted to OLMo-core, RePo positions logged each step, a c
 on CPU (gloo, fp32) is tests/core/test_train.py. In-loop NIAH is off, as in tests/test_train_gpu.py: it needs
 the eval extra (lm-eval's RULER generator), which the GPU image lacks.
 
-Skipped without CUDA. On a GPU machine: `bench/gpu_check.sh`, or
+Skipped without CUDA. On a GPU machine: `bash bench/gpu_check.sh tests`, or
 `.venv-core/bin/python -m pytest --confcutdir tests/core tests/core/test_train_gpu.py`.
 """
 

@@ -14,22 +14,24 @@ from .engines import MAX_MODEL_LEN, NEW_TOKENS, prompts
 pytestmark = pytest.mark.slow  # vLLM engines and servers
 
 
-# The models of the eval command's test (RePo from layer 1) and its NIAH variants and samples: OLMo 2 with RePo,
-# two variants of two samples; Qwen 3 with RePo (grouped-query attention, head_dim 64 != 128 / 4) and Llama as
-# transformers has it (grouped-query attention), one sample of one variant (each family's run: its engine start)
+# The models of the eval command's test (RePo from layer 1), its NIAH variants and samples, and its flags: OLMo 2
+# with RePo, two variants of two samples; Qwen 3 with RePo (grouped-query attention, head_dim 64 != 128 / 4) scored
+# with its positions replaced by the token index (`--positions index`: vLLM's `positions` under YaRN, set through
+# `hf_overrides`), and Llama as transformers has it (grouped-query attention), one sample of one variant (each
+# family's run: its engine start)
 EVAL_MODELS = {
     "repo_olmo2": (
         lambda path: tiny.save(path, pe_mode="repo", pe_start_layer=1, max_position_embeddings=256),
-        ["niah_single_1", "niah_single_2"], 2,
+        ["niah_single_1", "niah_single_2"], 2, [],
     ),
     "repo_qwen3": (
         lambda path: tiny.save_family(path, "qwen3", pe_mode="repo", pe_start_layer=1, num_key_value_heads=2,
                                       head_dim=64, max_position_embeddings=256),
-        ["niah_single_2"], 1,
+        ["niah_single_2"], 1, ["--positions", "index"],
     ),
     "llama": (
         lambda path: tiny.save_family(path, "llama", stock=True, num_key_value_heads=2, max_position_embeddings=256),
-        ["niah_single_1"], 1,
+        ["niah_single_1"], 1, [],
     ),
 }  # fmt: skip
 
@@ -38,10 +40,10 @@ EVAL_MODELS = {
 def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path, model):
     """`scripts/eval.py --backend vllm` vs `--backend hf` on a tiny model of each family: the same NIAH prompts
     (lm-eval, both backends), YaRN from the training length (256) to 640, the same greedy outputs, so the same
-    scores."""
+    scores; with `--positions`, on both backends."""
     from olmo_repo.cli import eval as cli
 
-    save, tasks, samples = EVAL_MODELS[model]
+    save, tasks, samples, flags = EVAL_MODELS[model]
     save(tmp_path / "m")
     results = {}
     for backend in ("hf", "vllm"):
@@ -50,6 +52,7 @@ def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path, mo
         # batch 1: HF's left-padded batches round differently from unpadded ones, and a random model's
         # 128-token greedy continuations meet near-ties
         args += ["--samples", str(samples), "--dtype", "float32", "--batch-size", "1", "--backend", backend]
+        args += flags
         assert cli.main([*args, "--out", str(out)]) == 0
         results[backend] = json.loads((out / "results.json").read_text())
         # vLLM's detokenizer holds back a trailing incomplete UTF-8 character (the byte-level tokenizer of a
@@ -61,6 +64,7 @@ def test_eval_backend_vllm_gives_the_hf_backends_outputs_and_scores(tmp_path, mo
     assert vllm["lengths"] == hf["lengths"]
     assert vllm["outputs"] == hf["outputs"] and len(hf["outputs"]) == len(tasks) * samples
     assert vllm["scores"] == hf["scores"]
+    assert vllm["positions"] == hf["positions"] == (flags[1] if flags else "learned")
 
 
 def test_eval_suite_backend_vllm_gives_the_hf_backends_scores(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from olmo_repo.hf import (
 )
 from olmo_repo.hf.files import AUTO_MAP, REMOTE_CODE, save_hf
 from olmo_repo.hf.formats import from_reference
-from olmo_repo.modes import layer_modes
+from olmo_repo.modes import F_PHI_WEIGHTS, layer_modes
 from olmo_repo.rope import repo_layers
 
 VOCAB, EOS, PAD = 384, 256, 257
@@ -183,3 +183,25 @@ def stop_recording_positions(model: torch.nn.Module) -> list[tuple[int, torch.Te
     for hook in model.position_hooks:
         hook.remove()
     return model.recorded_positions
+
+
+def save_repo_of(
+    path: Path, stock: torch.nn.Module, *, spread: float = 0.25, seed: int = 1, **keys: Any
+) -> torch.nn.Module:
+    """`stock`'s weights (a model of `save`) in a `repo_olmo2` checkpoint with the position keys `keys` and an f_phi
+    drawn as `save` draws it (positions in the hundreds, as a trained one's may be), in `path`; returns the HF
+    model."""
+    config = RepoOlmo2Config(**{**BASE, **keys})
+    model = RepoOlmo2ForCausalLM(config)
+    missing, unexpected = model.load_state_dict(stock.state_dict(), strict=False)
+    assert not unexpected and missing and all(name.split(".")[-2] in F_PHI_WEIGHTS for name in missing)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name in missing:
+            scale = spread if name.endswith("final_map.weight") else 0.5
+            model.get_parameter(name).copy_(
+                scale * torch.randn(model.get_parameter(name).shape, generator=gen)
+            )
+    model.eval().save_pretrained(path)
+    tokenizer().save_pretrained(path)
+    return model

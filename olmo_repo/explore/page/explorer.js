@@ -29,7 +29,8 @@ function setStatus(text, isError = false) {
 function setup() {
   for (const [i, m] of models.entries()) {
     const item = document.createElement("li");
-    item.textContent = `${m.name}: ${m.repo_layers.length ? `RePo layers ${m.repo_layers.join(", ")}` : "no RePo layer"}, ${m.n_heads === m.n_query_heads ? `${m.n_heads} heads` : `${m.n_heads} key/value heads (a position each, shared by ${m.n_query_heads / m.n_heads} query heads)`}`;
+    const replaced = m.positions === "learned" ? "" : `, learned positions replaced by ${m.positions === "index" ? "the token index (as RoPE)" : "one constant position (as NoPE)"}`;
+    item.textContent = `${m.name}: ${m.repo_layers.length ? `RePo layers ${m.repo_layers.join(", ")}` : "no RePo layer"}, ${m.n_heads === m.n_query_heads ? `${m.n_heads} heads` : `${m.n_heads} key/value heads (a position each, shared by ${m.n_query_heads / m.n_heads} query heads)`}${replaced}`;
     item.value = i;
     $("models").append(item);
   }
@@ -99,9 +100,13 @@ function statsHtml(m, r, li, shown) {
   const T = r.tokens.length;
   const n = Math.floor(T / r.chunk);
   const chunks = n === 0 ? `one chunk of all ${T} tokens` : `${n} chunk${n > 1 ? "s" : ""} of ${r.chunk} tokens per head`;
+  const s = r.spread[li];
   return `<table><tr><th></th><th>span</th><th>constant</th><th>monotonic</th><th>hybrid</th></tr>${rows.join("")}</table>` +
     `<p class="caption">span: max − min of a head's positions (all heads: their mean); shares of the chunks ` +
-    `(${chunks}, eps ${r.eps}) that are constant, monotonic or hybrid (all heads: pooled).</p>`;
+    `(${chunks}, eps ${r.eps}) that are constant, monotonic or hybrid (all heads: pooled).</p>` +
+    `<p class="caption spread">layer ${r.layers[li]}, all heads: std ${s.std.toFixed(3)}, 5th–95th percentile ` +
+    `${s.p05.toFixed(3)} … ${s.p95.toFixed(3)}, rank correlation with the token index ${s.rank_corr.toFixed(3)} ` +
+    `(1: RoPE's order).</p>`;
 }
 
 function tokensHtml(m, r) {

@@ -1,0 +1,117 @@
+"""`scripts/position_study.py [OUT_DIR]`: docs/research.md's study of learning positions on one machine
+(`olmo_repo.study`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import RepoError
+from . import positive_int, run
+
+__all__ = ["main"]
+
+PROG = "position_study.py"
+
+_EPILOG = """\
+Two parts, each a resumable stage of OUT_DIR (a kill loses at most the model or run under way; rerun the same
+command to continue):
+
+1. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
+   distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
+   models at a time, one core each; olmo_repo.study.retrieval);
+2. SmolLM2-135M continued through the recipe (scripts/smollm2_recipe.py) in OUT_DIR/smollm2, with the study's
+   arms: the paper's RePo; f_phi's learning rate x30 and x240; the index blend's warm start at the paper's lr
+   and with x240; f_phi alone at x240; NoPE in RePo's layers; RoPE. Held-out loss at step 0 and the end (the
+   RePo arms also with their positions replaced by the token index and by one constant), the positions' spread
+   and order per layer, NIAH before and after with Wilson intervals.
+
+OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at. About three hours of
+a quiet 2-core machine. Run it in the OLMo-core environment (make install-core), from a checkout:
+
+    .venv-core/bin/python scripts/position_study.py                  # runs/position-study
+
+Exit codes: 0 done, 1 a stage failed or bad input (one line), 2 bad arguments, 130 interrupted (rerun to resume).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..study.run import Study  # light: dataclasses
+
+    default = Study()
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="What it takes for RePo's positions to be learned on one machine, and what they then do: "
+        "tiny models from scratch on recall among distractors, and SmolLM2-135M continued in eight arms.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "out_dir",
+        nargs="?",
+        type=Path,
+        default=Path("runs/position-study"),
+        metavar="OUT_DIR",
+        help="folder for everything the study writes: new, empty, or a previous study's (resumed; other files "
+        "there stay) (default: runs/position-study)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=default.steps,
+        help=f"training steps of each SmolLM2 arm (default: {default.steps}, the recipe's)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=positive_int,
+        default=default.samples,
+        help=f"NIAH prompts per length and model (default: {default.samples})",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=len(default.seeds),
+        help=f"seeds of each from-scratch model (default: {len(default.seeds)})",
+    )
+    parser.add_argument(
+        "--scratch-steps",
+        type=positive_int,
+        default=default.scratch.steps,
+        help=f"training steps of each from-scratch model (default: {default.scratch.steps})",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="an existing SmolLM2 directory written by scripts/smollm2.py (default: one is written in OUT_DIR)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    def study() -> None:
+        import dataclasses
+
+        from ..study.run import Study, run_study
+
+        default = Study()
+        options = Study(
+            steps=args.steps,
+            samples=args.samples,
+            seeds=tuple(range(args.seeds)),
+            model=args.model,
+            scratch=dataclasses.replace(default.scratch, steps=args.scratch_steps),
+        )
+        if args.model and not Path(args.model).is_dir():
+            raise RepoError(
+                f"--model {args.model} does not exist: pass a directory written by scripts/smollm2.py"
+            )
+        run_study(args.out_dir, options)
+
+    return run(PROG, study, lambda: (RepoError, ValueError, FileNotFoundError))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

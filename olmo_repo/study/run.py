@@ -1,0 +1,134 @@
+"""The study's command: its parts as resumable stages of one folder, and its report.
+
+1. scratch   `retrieval`'s RoPE, NoPE and RePo from scratch, each seed (`scratch.run_scratch`: two models at a time)
+2. smollm2   the SmolLM2 recipe with the study's arms (`recipe.STUDY_ARMS`), in `smollm2/` (the recipe's own
+             stages: a rerun resumes it where it stopped)
+
+`report.md` gathers both, with when, where and on what load each part ran: the study's figures are
+measurements of one machine, and a figure without its conditions is not one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..demo.folder import DemoFolder
+from ..recipe import STUDY_ARMS, Recipe, run_recipe
+from .retrieval import TinyModel
+from .scratch import run_scratch, scratch_section
+
+__all__ = ["Study", "run_study"]
+
+
+@dataclass(frozen=True)
+class Study:
+    """The study's options (the defaults are docs/research.md's)."""
+
+    steps: int = 100
+    samples: int = 10
+    lengths: tuple[int, ...] = (1024, 2048)
+    seeds: tuple[int, ...] = (0, 1)
+    procs: int = 2
+    model: str | None = None
+    scratch: TinyModel = field(default_factory=TinyModel)
+
+    def recipe(self) -> Recipe:
+        return Recipe(self.steps, 8, self.lengths, ("niah_single_1",), self.samples, self.procs, self.model,
+                      STUDY_ARMS)  # fmt: skip
+
+
+def run_study(out: Path, study: Study = Study()) -> Path:
+    """Run (or resume) the study into `out`; returns its report.md."""
+    folder = DemoFolder(out, "study", "its tiny models, SmolLM2 runs and report")
+    conditions = _Conditions(folder)
+    with conditions.part("scratch", folder.path):
+        results = run_scratch(folder, study.scratch, study.seeds)
+    report = _report(folder, study, results, conditions)
+    with conditions.part("smollm2", folder.entry("smollm2")):
+        run_recipe(folder.path / "smollm2", study.recipe())
+    report = _report(folder, study, results, conditions)
+    print(f"\nstudy report: {report}")
+    return report
+
+
+class _Conditions:
+    """When, on what commit and machine load each part ran (the load averages at its start and end: the
+    machine may be shared), recorded in the folder's stages as `conditions-{part}`."""
+
+    def __init__(self, folder: DemoFolder):
+        self.folder = folder
+
+    def part(self, name: str, where: Path) -> _Part:
+        """A context for part `name`, whose stages `where/stages.json` records: its conditions are recorded
+        when it ran anything (a rerun that skips every stage keeps those of the run that did the work)."""
+        return _Part(self, name, where / DemoFolder.STAGES)
+
+    def record(self, name: str) -> dict | None:
+        return self.folder.record(f"conditions-{name}")
+
+    def text(self) -> str:
+        rows = []
+        for name in ("scratch", "smollm2"):
+            if (r := self.record(name)) and r.get("done"):
+                rows.append(
+                    f"- {name}: {r['started']} to {r['ended']} ({r['wall_min']:.0f} min this time), commit "
+                    f"{r['commit']}, load average {r['load_start']} at the start and {r['load_end']} at the end "
+                    f"({r['machine']})"
+                )
+        return "\n".join(rows)
+
+
+class _Part:
+    def __init__(self, conditions: _Conditions, name: str, stages: Path):
+        self.conditions, self.name, self.stages = conditions, name, stages
+
+    def _stages(self) -> bytes:
+        return self.stages.read_bytes() if self.stages.is_file() else b""
+
+    def __enter__(self) -> None:
+        self.start, self.before = time.monotonic(), self._stages()
+        self.facts = {"started": time.strftime("%Y-%m-%d %H:%M"), "load_start": _load(), "commit": _commit(),
+                      "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.python_version()}"}  # fmt: skip
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        if kind is not None or self._stages() == self.before:  # failed, or nothing ran: keep what was
+            return
+        stage = f"conditions-{self.name}"
+        self.conditions.folder.redo(stage, "", [])
+        self.conditions.folder.finish(stage, **self.facts, ended=time.strftime("%Y-%m-%d %H:%M"),
+                                      load_end=_load(), wall_min=(time.monotonic() - self.start) / 60)  # fmt: skip
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())  # 1, 5, 15 min
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True, cwd=Path(__file__).parent).stdout.strip()  # fmt: skip
+    return (done.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
+def _report(folder: DemoFolder, study: Study, results: dict, conditions: _Conditions) -> Path:
+    smollm2 = folder.path / "smollm2" / "report.md"
+    parts = [
+        "# Learning positions on one machine: the study\n",
+        "Options: " + json.dumps({k: v for k, v in asdict(study).items() if k != "scratch"}) + "\n",
+        "## Where and when\n\n" + conditions.text() + "\n",
+        scratch_section(results, study.scratch, study.seeds),
+        "## SmolLM2-135M continued: the arms\n\n"
+        + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(running...)\n"),
+    ]
+    folder.write_text("report.md", "\n".join(parts))
+    return folder.path / "report.md"

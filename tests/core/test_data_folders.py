@@ -1,0 +1,89 @@
+"""The OLMo-core side of `scripts/prepare_data.py`'s folders (`olmo_repo.olmocore.train.on_data_root`,
+`check_experiment`): a data folder's shards and a mix's source mixture are what the config reads, and before step
+0 every folder the run reads (each source of a mix) must be finished and made with the model's tokenizer, checked
+from the tokenizer.json it records; one line naming the folder otherwise. The folders are written here in the
+layout `olmo_repo.datafolder` describes (the command itself is tested in tests/test_prepare_data.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from olmo_repo.datafolder import DATA_FORMAT, MIX_FORMAT
+from olmo_repo.demo import BASE_DIR
+from olmo_repo.errors import RepoError
+from olmo_repo.olmocore.train import check_experiment, load_build_config
+
+from .training import ROOT, tiny_options
+
+QWEN = ROOT / "configs" / "olmocore" / "tiny-qwen3-repo.py"
+
+
+def _folder(root: Path, tokenizer: Path = BASE_DIR / "tokenizer.json", eos: int = 0) -> Path:
+    """A finished data folder of 64 windows of 512 random ids, made (it says) with `tokenizer`."""
+    root.mkdir(parents=True)
+    np.random.default_rng(0).integers(2, 4096, 64 * 512, dtype=np.uint32).tofile(
+        root / "part-00000-00000.npy"
+    )
+    shutil.copyfile(tokenizer, root / "tokenizer.json")
+    (root / ".prepare").mkdir()
+    shard = {"path": "part-00000-00000.npy", "tokens": 64 * 512, "documents": 1}
+    manifest = {"format": DATA_FORMAT, "tokenizer": "tokenizer.json", "eos_token_id": eos, "vocab_size": 4096,
+                "dtype": "uint32", "tokens": 64 * 512, "documents": 1, "settings": {}, "shards": [shard]}  # fmt: skip
+    (root / "data.json").write_text(json.dumps(manifest))
+    return root
+
+
+def _mix(root: Path, b_tokenizer: Path = BASE_DIR / "tokenizer.json") -> Path:
+    _folder(root / "a")
+    _folder(root / "b", b_tokenizer)
+    sources = [dict(source_name=s, target_ratio=0.5, max_repetition_ratio=1.0, paths=[f"{s}/part-00000-00000.npy"],
+                    tokens=64 * 512, documents=1, ai2_olmo_repeat=1) for s in "ab"]  # fmt: skip
+    fragment = {"format": MIX_FORMAT, "tokens": 16384, "tokenizer": "a/tokenizer.json", "sources": sources}
+    (root / "mix.json").write_text(json.dumps(fragment))
+    return root
+
+
+def _config(data: Path, save: Path):
+    return load_build_config(QWEN)(tiny_options(save, data), ["--trainer.callbacks.niah.enabled=false"])
+
+
+def test_a_data_folder_and_a_mix_are_what_the_config_reads(tmp_path):
+    config = _config(_folder(tmp_path / "data"), tmp_path / "run")
+    assert config.dataset.paths == [f"{tmp_path}/data/part-00000-00000.npy"]
+    assert config.dataset.tokenizer.identifier == f"{tmp_path}/data/tokenizer.json"
+    check_experiment(config, world_size=2)
+
+    config = _config(_mix(tmp_path / "mix"), tmp_path / "run2")
+    sources = config.dataset.source_mixture_config.source_list.sources
+    assert [(s.source_name, s.target_ratio, s.paths) for s in sources] == [
+        (s, 0.5, [f"{tmp_path}/mix/{s}/part-00000-00000.npy"]) for s in "ab"
+    ]
+    assert config.dataset.source_mixture_config.requested_tokens == 16384
+    check_experiment(config, world_size=2)
+
+
+def test_a_source_made_with_another_tokenizer_or_end_id_or_unfinished_is_named(tmp_path):
+    other = tmp_path / "other.json"  # the demo's tokenizer with two tokens' ids swapped
+    data = json.loads((BASE_DIR / "tokenizer.json").read_text())
+    (a, i), (b, j) = list(data["model"]["vocab"].items())[100:102]
+    data["model"]["vocab"][a], data["model"]["vocab"][b] = j, i
+    other.write_text(json.dumps(data))
+    config = _config(_mix(tmp_path / "mix", other), tmp_path / "run")
+    with pytest.raises(RepoError, match=rf"^{tmp_path}/mix/b was made with {tmp_path}/mix/b/tokenizer.json, not "
+                       r"the tokenizer of dataset.tokenizer.identifier.*2 of 4096 tokens differ"):  # fmt: skip
+        check_experiment(config, world_size=2)
+
+    config = _config(_folder(tmp_path / "eos", eos=1), tmp_path / "run2")
+    with pytest.raises(
+        RepoError, match=r"eos ends documents with id 1, but dataset.tokenizer.eos_token_id=0"
+    ):
+        check_experiment(config, world_size=2)
+
+    (tmp_path / "eos" / "data.json").unlink()  # a run not finished (or not joined): its manifest is missing
+    with pytest.raises(RepoError, match=r"eos has no data.json: not a finished data folder"):
+        _config(tmp_path / "eos", tmp_path / "run3")

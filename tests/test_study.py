@@ -1,0 +1,84 @@
+"""The position study's from-scratch part (`olmo_repo.study`) at its smallest size: the recall task says what
+it claims, each (arm, seed) is a resumable stage, and its section reports what was measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from olmo_repo.demo.folder import DemoFolder
+from olmo_repo.study.retrieval import BOS, QUERY, Task, TinyModel, accuracy, build
+from olmo_repo.study.scratch import TESTS, run_scratch, scratch_section
+
+
+@pytest.mark.parametrize("factor", [1, 4])
+def test_every_scored_token_is_the_value_its_key_had_earlier_among_noise(factor):
+    task = Task().scaled(factor)
+    ids, targets = task.batch(torch.Generator().manual_seed(0), 16)
+    assert ids.shape == targets.shape == (16, task.length) and (ids[:, 0] == BOS).all()
+    k0, v0, n0 = 8, 8 + task.keys, 8 + task.keys + task.values
+    for row, target in zip(ids.tolist(), targets.tolist()):
+        scored = [t for t, y in enumerate(target) if y != -100]
+        assert len(scored) == task.queries
+        context = row[: 1 + task.length - 1 - 3 * task.queries]
+        pairs = {context[t]: context[t + 1] for t in range(1, len(context) - 1) if k0 <= context[t] < v0}
+        assert len(pairs) == task.pairs  # distinct keys, each followed by its value
+        assert sum(n0 <= x for x in context) == len(context) - 1 - 2 * task.pairs  # the rest is noise
+        for t in scored:
+            assert row[t - 1] == QUERY and target[t] == pairs[row[t]] == row[t + 1]
+
+
+def test_a_task_too_short_for_its_pairs_is_refused():
+    with pytest.raises(ValueError, match="too short"):
+        Task(length=24, pairs=8).batch(torch.Generator(), 1)
+
+
+def test_the_arms_are_rope_nope_and_repo_above_the_lower_third_and_yarn_rescales_only_rotations():
+    shape = TinyModel(layers=6)
+    modes = {arm: build(arm, shape, 0).config for arm in ("RoPE", "NoPE", "RePo")}
+    assert modes["RoPE"].pe_mode == "rope" and modes["NoPE"].pe_mode == "nope"
+    assert (modes["RePo"].pe_mode, modes["RePo"].pe_start_layer) == ("repo", 2)
+    yarn = build("RePo", shape, 0, yarn=4).config.rope_parameters
+    assert yarn["rope_type"] == "yarn" and yarn["factor"] == 4.0
+    assert yarn["original_max_position_embeddings"] == shape.task.length
+    # the same weights: a YaRN model is the trained one with rescaled rotations
+    assert build("RePo", shape, 0).state_dict().keys() == build("RePo", shape, 0, yarn=4).state_dict().keys()
+
+
+def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_path):
+    shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
+    folder = DemoFolder(tmp_path / "study", "study")
+    results = run_scratch(folder, shape, seeds=(0,), workers=1, sequences=4)
+    assert set(results) == {"RoPE-0", "NoPE-0", "RePo-0"}
+    for result in results.values():
+        for test in TESTS:
+            right, scored = result[test]
+            assert 0 <= right <= scored == 4 * 8  # 8 queries a sequence
+    assert list(results["RePo-0"]["positions"]) == ["1", "2"]  # layers 1..2 of 3
+    stages = json.loads((tmp_path / "study" / "stages.json").read_text())
+    again = run_scratch(folder, shape, seeds=(0,), workers=1, sequences=4)  # nothing trains: kept as recorded
+    assert again == results and json.loads((tmp_path / "study" / "stages.json").read_text()) == stages
+    text = scratch_section(results, shape, (0,), sequences=4)
+    assert "| RePo |" in text and "4x, YaRN" in text and "seed 0, layer 2" in text
+    changed = dataclasses.replace(shape, steps=3)
+    assert (
+        run_scratch(folder, changed, seeds=(0,), workers=1, sequences=4).keys() == results.keys()
+    )  # other inputs: redone
+    assert json.loads((tmp_path / "study" / "stages.json").read_text()) != stages
+
+
+def test_accuracy_counts_the_model_s_greedy_answers():
+    class Oracle(torch.nn.Module):  # answers every query right: the value that follows its key earlier
+        def forward(self, ids):
+            logits = torch.zeros(*ids.shape, 200)
+            for r, row in enumerate(ids.tolist()):
+                for t in range(1, len(row)):
+                    if row[t - 1] == QUERY:
+                        logits[r, t, row[row.index(row[t]) + 1]] = 1.0
+            return type("Out", (), {"logits": logits})
+
+    task = Task()
+    assert accuracy(Oracle(), task, 10, seed=3) == (80, 80)
