@@ -67,7 +67,6 @@ LOSS = "train/CE loss"
 PE_START_LAYER = 9  # the config's: ceil(30 / 3) - 1
 WINDOW = 256  # tokens per training window (the config's sequence length), and per held-out window
 WINDOWS = 4  # per step
-CONTEXT = 8192  # SmolLM2's max_position_embeddings: the converted runs keep it
 MIXER = "--model.block.sequence_mixer."  # the attention's keys (pe_*) in an override
 
 
@@ -260,9 +259,9 @@ class _Run:
             return
         for entry, (name, step) in outputs.items():
             self.folder.entry(entry)
+            # SmolLM2's context (8192), not the runs' window: the runs carry the stock config (olmocore.hf)
             self._command("hf", "core_convert_to_hf", f"--input={self.folder.path / f'run-{name}' / f'step{step}'}",
-                          f"--output={self.folder.path / entry}", "--force",
-                          f"--max-position-embeddings={CONTEXT}")  # fmt: skip
+                          f"--output={self.folder.path / entry}", "--force")  # fmt: skip
         self.folder.finish("hf")
 
     def heldout(self) -> None:

@@ -83,6 +83,7 @@ from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
 from .config import RepoTrainConfig
+from .hf import recorded_stock
 from .niah import check_entry, check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .registry import build_model
@@ -219,6 +220,10 @@ def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
     one; then check that the files the load will read are intact, and that its optimizer state has this run's
     param groups."""
     resume_from = latest_checkpoint(cfg)
+    if (
+        cfg.hf_config is None
+    ):  # the stock HF model's config, carried into this run's checkpoints (convert_to_hf)
+        cfg.hf_config = recorded_stock(resume_from or cfg.load_path)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
         cfg.load_path = resume_from

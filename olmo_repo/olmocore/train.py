@@ -67,6 +67,7 @@ from ..slurm import requeue
 from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig, repo_attention
 from .checkpoint import CONFIG, latest_intact_checkpoint, read_config
+from .hf import HF_CONFIG, recorded_stock
 from .niah import NiahCallbackConfig
 from .stage1 import check_stage1, load_stage1
 
@@ -543,10 +544,27 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
         if name not in trainer_config.callbacks:
             trainer_config = trainer_config.with_callback(name, callback)
     trainer = trainer_config.build(train_module, data_loader)
+    saved = config.as_config_dict()
+    if (stock := _stock_config(config)) is not None:
+        saved[HF_CONFIG] = stock  # what the conversion back to HF keeps of the stock model (olmocore.hf)
     for callback in trainer.callbacks.values():
         if isinstance(callback, ConfigSaverCallback):
-            callback.config = config.as_config_dict()
+            callback.config = saved
     return trainer
+
+
+def _stock_config(config: ExperimentConfig) -> dict[str, Any] | None:
+    """The config of the stock HF model the run continues (`olmocore.hf.HF_CONFIG`), as the save folder's latest
+    checkpoint carries it (a resume), else as `load_path` records it; None for a model trained from scratch (or
+    continued from a remote checkpoint, which is not read here)."""
+    save = str(config.trainer.save_folder)
+    latest = (
+        latest_intact_checkpoint(save, move_aside=False) if not is_url(save) and Path(save).is_dir() else None
+    )
+    for path in (latest, config.load_path):
+        if path and not is_url(str(path)) and (stock := recorded_stock(path)) is not None:
+            return stock
+    return None
 
 
 def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = True) -> bool:
