@@ -70,6 +70,7 @@ def _run_checkpoint(stage1, out, mode: str):
     return out
 
 
+@pytest.mark.slow  # 2-4 s a family
 @pytest.mark.parametrize(
     "family", ["olmo2", "olmo3", "llama-gqa-llama3", "qwen3-gqa-bias-windows", "smollm2-shape"]
 )
