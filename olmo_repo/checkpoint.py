@@ -24,7 +24,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import RepoError
+from .errors import RepoError, command, install
 from .integrity import require_model_dir
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def as_hf_dir(path: str | PathLike, *, tokenizer: str | None = None) -> Iterator
     except ModuleNotFoundError as e:  # the vLLM and OLMo-core environments have no ai2-olmo
         raise RepoError(
             f"{path} is an ai2-olmo checkpoint and this environment has no ai2-olmo ({e.name} is missing): convert "
-            "it with scripts/convert_to_hf.py where ai2-olmo is installed (.venv, the [ai2-olmo] extra) and pass "
+            f"it with {command('convert_to_hf')} where ai2-olmo is installed ({install('ai2-olmo')}) and pass "
             "the HF directory"
         ) from None
 

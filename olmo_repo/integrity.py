@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from os import PathLike
 from pathlib import Path
 
-from .errors import CorruptFileError
+from .errors import CorruptFileError, command
 
 __all__ = [
     "OLMO_CORE_CHECKPOINT",
@@ -85,22 +85,28 @@ def checkpoint_problems(directory: str | PathLike, required: tuple[str, ...] = (
     return [f"{f}: {problem}" for f in sorted(files) if (problem := file_problem(f)) is not None]
 
 
-_TO_HF = "scripts/core_convert_to_hf.py --input CHECKPOINT --output DIR (an HF directory every command takes)"
-
-
-def require_model_dir(path: str | PathLike) -> None:
+def require_model_dir(path: str | PathLike, tokenizer: bool = False) -> None:
     """Check a model the commands load (an HF directory: every *.safetensors; an unsharded OLMo checkpoint:
     model.pt) before torch loads: FileNotFoundError if it is not there or not a model directory,
-    `CorruptFileError` naming the first damaged file. URLs are left to the loader."""
+    `CorruptFileError` naming the first damaged file. URLs are left to the loader. With `tokenizer` (a command
+    that loads the HF directory's tokenizer with transformers) its tokenizer.json needs its tokenizer_config.json:
+    without it transformers loads a tokenizer that knows no special token, and generation fails far later."""
     if "://" in str(path):
         return
     directory = Path(path)
     if not directory.exists():
         raise FileNotFoundError(f"{path}: not a model directory: it does not exist")
-    if problem := olmo_core_checkpoint_problem(path, _TO_HF):
+    to_hf = f"{command('core_convert_to_hf')} --input CHECKPOINT --output DIR (an HF directory every command takes)"
+    if problem := olmo_core_checkpoint_problem(path, to_hf):
         raise FileNotFoundError(problem)
     if (directory / "config.json").is_file():
         files = sorted(directory.glob("*.safetensors"))
+        if tokenizer and (directory / "tokenizer.json").is_file():
+            if not (directory / "tokenizer_config.json").is_file():
+                raise FileNotFoundError(
+                    f"{path} has a tokenizer.json but no tokenizer_config.json (its tokenizer's class and special "
+                    "tokens, which transformers reads with it): copy the model's tokenizer_config.json beside it"
+                )
     elif (directory / "config.yaml").is_file() and (directory / "model.pt").is_file():
         files = [directory / "model.pt"]
     else:

@@ -103,7 +103,7 @@ def check_replaceable(output: str | PathLike, force: bool) -> None:
     if not output.exists() and not output.is_symlink():
         return
     if not force:
-        raise FileExistsError(f"{output} exists; pass --force (force=True) to replace it")
+        raise FileExistsError(f"{output} exists; pass --force to replace it")
     if not output.is_dir() or output.is_symlink():
         raise RepoError(
             f"{output} is a file, not an output folder of this project; --force does not replace it"

@@ -52,6 +52,7 @@ __all__ = [
     "STUDY_ARMS",
     "Arm",
     "Recipe",
+    "check_checkout",
     "heldout_loss",
     "heldout_positions",
     "run_recipe",
@@ -66,7 +67,6 @@ LOSS = "train/CE loss"
 PE_START_LAYER = 9  # the config's: ceil(30 / 3) - 1
 WINDOW = 256  # tokens per training window (the config's sequence length), and per held-out window
 WINDOWS = 4  # per step
-CONTEXT = 8192  # SmolLM2's max_position_embeddings: the converted runs keep it
 MIXER = "--model.block.sequence_mixer."  # the attention's keys (pe_*) in an override
 
 
@@ -142,12 +142,19 @@ class Recipe:
         return digest(json.dumps({f: values[f] for f in fields}), CONFIG.read_bytes())
 
 
-def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
-    """Run (or resume) the recipe into `out`; returns report.md's path."""
+def check_checkout(script: str = "smollm2_recipe") -> None:
+    """`RepoError` when the recipe's config and scripts are not there: an installed package has neither
+    (`script`: the command that runs the recipe, named in the message)."""
     if not CONFIG.is_file():
         raise RepoError(
-            f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ folder)"
+            f"{CONFIG} is missing: the recipe runs from a checkout of olmo-repo (its configs/ and scripts/), "
+            f"not from the installed package; clone the repository and run scripts/{script}.py there"
         )
+
+
+def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
+    """Run (or resume) the recipe into `out`; returns report.md's path."""
+    check_checkout()
     if recipe.model and not Path(recipe.model).is_dir():  # checked, never made there
         raise RepoError(
             f"--model {recipe.model} does not exist: pass a directory written by scripts/smollm2.py"
@@ -252,9 +259,9 @@ class _Run:
             return
         for entry, (name, step) in outputs.items():
             self.folder.entry(entry)
+            # SmolLM2's context (8192), not the runs' window: the runs carry the stock config (olmocore.hf)
             self._command("hf", "core_convert_to_hf", f"--input={self.folder.path / f'run-{name}' / f'step{step}'}",
-                          f"--output={self.folder.path / entry}", "--force",
-                          f"--max-position-embeddings={CONTEXT}")  # fmt: skip
+                          f"--output={self.folder.path / entry}", "--force")  # fmt: skip
         self.folder.finish("hf")
 
     def heldout(self) -> None:

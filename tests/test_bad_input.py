@@ -359,3 +359,92 @@ def test_both_trainers_converters_from_hf_answer_a_bad_input_alike(tmp_path, cap
             said.append(err.removeprefix(f"{prog}: error: "))
         assert said[0] == said[1]
     assert not (tmp_path / "out").exists() and [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+# ------------------------------------------------------------ one line where a traceback was (issue 51)
+
+
+def test_a_config_of_the_other_trainer_names_the_command_that_trains_it(capsys):
+    """Each trainer's command took the other's config into a parser's or an import's traceback."""
+    from olmo_repo.cli import core_train
+    from olmo_repo.cli import train as train_cli
+
+    core_config = ROOT / "configs/olmocore/tiny-stage2-repo.py"
+    assert train_cli.main([str(core_config)]) == 1
+    assert capsys.readouterr().err == (
+        f"train.py: error: {core_config} is an OLMo-core config (Python, configs/olmocore/*.py): train it with "
+        "scripts/core_train.py\n"
+    )
+    assert core_train.main([str(STAGE1), "--save-folder=x"]) == 1
+    assert capsys.readouterr().err == (
+        f"core_train.py: error: {STAGE1} is an ai2-olmo config (YAML, configs/*.yaml): train it with "
+        "scripts/train.py\n"
+    )
+    # Its own config, in this environment (ai2-olmo's, with OLMo-core 0.1.0): where OLMo-core 3 is, in a checkout.
+    assert core_train.main([str(core_config), "--save-folder=x"]) == 1
+    assert capsys.readouterr().err == (
+        "core_train.py: error: needs the olmo-core extra (OLMo-core 3 is not installed): run it with "
+        ".venv-core/bin/python (make install-core)\n"
+    )
+
+
+def test_an_import_of_a_missing_extra_is_one_line_and_a_bugs_keeps_its_traceback(capsys):
+    from olmo_repo.cli import run
+
+    def needs(module: str) -> None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    assert run("x.py", lambda: needs("vllm")) == 1
+    assert capsys.readouterr().err == (
+        "x.py: error: needs the vllm extra (vllm is not installed): run it with .venv-vllm/bin/python "
+        "(make install-vllm)\n"
+    )
+    with pytest.raises(ModuleNotFoundError):
+        run("x.py", lambda: needs("nmupy"))  # no extra brings it: a bug
+
+
+def test_a_tokenizer_without_its_config_is_refused_before_evaluation(tmp_path, capsys):
+    """transformers loads a tokenizer.json without its tokenizer_config.json as a tokenizer that knows no special
+    token; evaluation then failed with a TypeError deep in generation."""
+    from olmo_repo.demo import BASE_DIR
+
+    model = tmp_path / "model"
+    shutil.copytree(BASE_DIR, model)
+    (model / "tokenizer_config.json").unlink()
+    assert (
+        eval_main(
+            [str(model), "--tasks", "niah_single_1", "--lengths", "1024", "--out", str(tmp_path / "out")]
+        )
+        == 1
+    )
+    assert capsys.readouterr().err == (
+        f"eval.py: error: {model} has a tokenizer.json but no tokenizer_config.json (its tokenizer's class and "
+        "special tokens, which transformers reads with it): copy the model's tokenizer_config.json beside it\n"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_query_heads_that_do_not_group_over_the_key_value_heads_are_refused(tmp_path, capsys):
+    """A stock model with 6 query heads over 4 key/value heads: the converter took it, evaluation then failed
+    with a size mismatch. Both read HF directories through `read_hf_config` (OLMo-core's converter too:
+    tests/core/test_bad_input.py)."""
+    from transformers import Olmo2ForCausalLM
+
+    from olmo_repo.cli import convert_from_hf
+    from olmo_repo.eval.loading import read_config
+
+    model = tmp_path / "model"
+    config = Olmo2Config(vocab_size=64, hidden_size=96, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=6, num_key_value_heads=4, head_dim=16, eos_token_id=1, pad_token_id=1)  # fmt: skip
+    Olmo2ForCausalLM(config).save_pretrained(model)
+    capsys.readouterr()  # its progress bar
+    says = (
+        f"{model}/config.json: num_key_value_heads=4 does not divide num_attention_heads=6: grouped-query "
+        "attention needs the same number of query heads per key/value head; allowed: a divisor of 6"
+    )
+    assert convert_from_hf.main(["--input", str(model), "--output", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"convert_from_hf.py: error: {says}\n"
+    with pytest.raises(ValueError) as error:
+        read_config(model)  # what evaluation, the explorer and the analyses read
+    assert str(error.value) == says
+    assert not (tmp_path / "out").exists()

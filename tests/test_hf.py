@@ -858,10 +858,7 @@ def test_a_conversion_rerun_changes_nothing_and_a_killed_one_leaves_the_output_a
     capsys.readouterr()
 
     assert main(args) == 1  # without --force: refused in one line, the folder untouched
-    assert (
-        capsys.readouterr().err
-        == f"{command}.py: error: {out} exists; pass --force (force=True) to replace it\n"
-    )
+    assert capsys.readouterr().err == f"{command}.py: error: {out} exists; pass --force to replace it\n"
     assert _tree(out) == first
     assert main([*args, "--force"]) == 0  # the same bytes again
     assert _contents(out) == {k: v for k, (v, _) in first.items()}

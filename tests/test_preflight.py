@@ -36,6 +36,10 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
             r"load_path=/nonexistent/step3-unsharded is not a directory",
         ),
         (["save_folder=s3://bucket/run"], r"save_folder=s3://bucket/run is a URL.*--remote_save_folder"),
+        (
+            ["model.max_sequence_length=0"],  # OLMo's data loader divided by it
+            r"model\.max_sequence_length=0 is not a training length: pass a whole number of tokens, at least 1",
+        ),
         (["fused_loss=true"], r"fused_loss=true needs flash-attn.*--fused_loss=false"),
         (["precision=amp_bf16"], r"precision=amp_bf16 on CPU needs FSDP's mixed precision.*--precision=fp32"),
         (
@@ -44,7 +48,15 @@ def _config(tmp_path, *extra: str) -> RepoTrainConfig:
             r"device_train_microbatch_size=4: pass --device_train_microbatch_size=N with N dividing 6",
         ),
     ],
-    ids=["missing-data", "missing-load-path", "url-save-folder", "fused-loss", "amp-on-cpu", "batch"],
+    ids=[
+        "missing-data",
+        "missing-load-path",
+        "url-save-folder",
+        "zero-length",
+        "fused-loss",
+        "amp-on-cpu",
+        "batch",
+    ],
 )
 def test_preflight_rejects_with_what_to_change(tmp_path, extra, message):
     with pytest.raises(OLMoConfigurationError, match=message):

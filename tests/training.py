@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
@@ -160,6 +161,22 @@ def torchrun_command(script: Path, args: list[str], nproc: int = 2) -> list[str]
         str(script),
         *args,
     ]
+
+
+def holder(lock: Path, launcher: subprocess.Popen, timeout: float = 300) -> psutil.Process:
+    """The training process of `launcher` that holds the save folder of `lock` (its `olmo_repo.ownership` lock
+    file, naming it), once it does."""
+    deadline = time.monotonic() + timeout
+    while launcher.poll() is None and time.monotonic() < deadline:
+        try:
+            pid = json.loads(lock.read_text() or "null")["pid"]
+        except (OSError, TypeError, ValueError):
+            time.sleep(0.1)
+            continue
+        worker = psutil.Process(pid)
+        assert worker in psutil.Process(launcher.pid).children(recursive=True) and pid != launcher.pid
+        return worker
+    raise AssertionError(f"no training process of {launcher.args} holds {lock.parent}")
 
 
 def stop_with_sigusr1(cmd: list[str], save_folder: Path) -> tuple[int, str]:

@@ -138,6 +138,12 @@ class RepoTrainConfig(TrainConfig):
     """A local copy of http://olmo-data.org: `${data_prefix}` in data paths (the reference configs), and
     where data paths under that URL (the official configs) are read from when set."""
 
+    hf_config: dict[str, Any] | None = None
+    """The config.json of the Hugging Face model this run continues, whole: `scripts/convert_from_hf.py` records it
+    in the checkpoint it writes, and a run takes it from its `load_path` (or the checkpoint it resumes) into every
+    checkpoint it saves, so that `scripts/convert_to_hf.py` gives the stock model's context length, token ids and
+    other keys back with the run's weights and RePo keys. Not set by hand; null for a model trained from scratch."""
+
     f_phi: FPhiTraining = field(default_factory=FPhiTraining)
     """How f_phi is trained (`modes.FPhiTraining`): its learning-rate multiplier on the schedule, its own weight
     decay, or f_phi alone (`--f_phi.lr_multiplier=10`, `--f_phi.weight_decay=0`, `--f_phi.only=true`)."""

@@ -15,6 +15,7 @@ from torch import Tensor
 from tqdm import tqdm
 from transformers import Olmo2Config, Olmo3Config
 
+from ..errors import command
 from ..hf.configuration_repo_olmo2 import RepoOlmo2Config
 from ..modes import F_PHI_WEIGHTS, PositionMode, index_blend, layer_modes
 from .config import RepoModelConfig
@@ -117,7 +118,7 @@ def olmo_config_from_hf(config: Olmo2Config, vocab_size: int | None = None) -> R
     if isinstance(config, Olmo3Config):
         raise ValueError(
             f"model_type={config.model_type!r}: OLMo 3's sliding-window layers (layer_types) have no ai2-olmo "
-            "0.6.0 counterpart; train it with OLMo-core (scripts/core_convert_from_hf.py, docs/olmo-core.md)"
+            f"0.6.0 counterpart; train it with OLMo-core ({command('core_convert_from_hf')}, docs/olmo-core.md)"
         )
     rope = config.rope_parameters or {}
     if rope.get("rope_type", "default") != "default":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from huggingface_hub import hf_hub_download
@@ -33,7 +34,15 @@ from omegaconf import OmegaConf as om
 from tokenizers import Tokenizer
 
 from ..hf import DTYPES
-from ..hf.files import check_state_dict, read_hf_state_dict, save_hf, save_tokenizer
+from ..hf.files import (
+    as_stock,
+    carried,
+    check_state_dict,
+    over_stock,
+    read_hf_state_dict,
+    save_hf,
+    save_tokenizer,
+)
 from ..hf.formats import read_hf_config
 from ..integrity import require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
@@ -48,7 +57,7 @@ from .convert import (
 )
 from .registry import build_model
 
-__all__ = ["convert_from_hf", "convert_to_hf"]
+__all__ = ["convert_from_hf", "convert_to_hf", "recorded_stock"]
 
 
 def _load_tokenizer(identifier: str) -> Tokenizer:
@@ -96,8 +105,12 @@ def convert_to_hf(
     model_config = RepoModelConfig.load(
         resource_path(input, "config.yaml"), key="model", validate_paths=False
     )
-    # fails on unsupported configs before any heavy work
-    hf_config = hf_config_from_olmo(model_config, trained_steps(input, model_config))
+    # fails on unsupported configs before any heavy work; over the stock model's config the run continued
+    stock = om.select(train_config, "hf_config", default=None)
+    hf_config = over_stock(
+        hf_config_from_olmo(model_config, trained_steps(input, model_config)),
+        om.to_container(stock) if stock is not None else None,
+    )
     identifier = tokenizer or om.select(train_config, "tokenizer.identifier", default=None)
     if identifier is None:
         raise ValueError(f"{input}/config.yaml has no tokenizer.identifier; pass --tokenizer")
@@ -115,6 +128,16 @@ def convert_to_hf(
         save_hf(hf_config, hf_state_dict, staging, torch_dtype)
         save_tokenizer(base_tokenizer, hf_config, staging)
     return Path(output)
+
+
+def recorded_stock(checkpoint: PathOrStr | None) -> dict[str, Any] | None:
+    """The config of the HF model the local checkpoint continues (its config.yaml's `hf_config`), as a run
+    carries it; None where it records none or is remote."""
+    file = Path(str(checkpoint or ""), "config.yaml")
+    if checkpoint is None or "://" in str(checkpoint) or not file.is_file():
+        return None
+    stock = om.select(om.load(file), "hf_config", default=None)
+    return carried(om.to_container(stock)) if stock is not None else None
 
 
 def _reference_to_hf(
@@ -156,7 +179,9 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
     model_config.init_device = "meta"
     check_state_dict(state_dict, build_model(model_config).state_dict(), "converted OLMo model")
     model_config.init_device = "cpu"
-    train_config = RepoTrainConfig(model=model_config)
+    train_config = RepoTrainConfig(
+        model=model_config, hf_config=as_stock(hf_config)
+    )  # convert_to_hf keeps it
     if (input / "tokenizer.json").is_file():
         # The copy written beside model.pt; a training config names its own tokenizer anyway.
         train_config.tokenizer.identifier = str(Path(output).resolve() / "tokenizer.json")

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import (
 )
 
 from .. import datafolder
+from ..errors import command, not_a_length
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
@@ -71,6 +72,8 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
         cfg.ddp = DDPConfig()
 
     problems: list[str] = []
+    if cfg.model.max_sequence_length < 1:  # OLMo divides by it (its data loader's window count)
+        problems.append(not_a_length("model.max_sequence_length", cfg.model.max_sequence_length))
     if cfg.run_name is None:
         problems.append("run_name is not set: pass --run_name=NAME")
     if cfg.distributed_strategy is None:
@@ -127,7 +130,8 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
     elif cfg.load_path is not None and (
         problem := olmo_core_checkpoint_problem(
             cfg.load_path,
-            "scripts/core_convert_to_hf.py, then scripts/convert_from_hf.py (or train it with scripts/core_train.py)",
+            f"{command('core_convert_to_hf')}, then {command('convert_from_hf')} (or train it with "
+            f"{command('core_train')})",
         )
     ):
         problems.append(f"load_path: {problem}")

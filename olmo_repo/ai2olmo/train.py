@@ -39,6 +39,7 @@ import shutil
 import signal
 import socket
 from collections.abc import Sequence
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -76,11 +77,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..metrics import METRICS_FILE, trim_metrics
 from ..modes import is_f_phi_param
+from ..ownership import check_free, die_with_launcher, held
 from ..slurm import requeue
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import make_state_dict_compatible
 from ..upstream.torch import patch_torch_for_olmo
 from .config import RepoTrainConfig
+from .hf import recorded_stock
 from .niah import check_entry, check_prompts_fit
 from .preflight import HYBRID_STRATEGIES, check_load_path_files, hybrid_replicas, preflight, removed_if_failed
 from .registry import build_model
@@ -217,6 +220,10 @@ def _point_at_latest_checkpoint(cfg: TrainConfig) -> str | None:
     one; then check that the files the load will read are intact, and that its optimizer state has this run's
     param groups."""
     resume_from = latest_checkpoint(cfg)
+    if (
+        cfg.hf_config is None
+    ):  # the stock HF model's config, carried into this run's checkpoints (convert_to_hf)
+        cfg.hf_config = recorded_stock(resume_from or cfg.load_path)
     if resume_from is not None:
         check_resumed_config(cfg, resume_from)
         cfg.load_path = resume_from
@@ -378,20 +385,22 @@ def run(cfg: TrainConfig, device: torch.device) -> bool:
     Returns whether the run stopped on SIGUSR1 before its end (with a checkpoint to resume from).
     """
     preflight(cfg, cuda=device.type == "cuda", world_size=get_world_size())
-    # A start that fails before its first checkpoint leaves no save_folder behind (if it created it).
-    with removed_if_failed(cfg.save_folder):
-        trainer = build_trainer(cfg, device)
-    with trainer:
-        if cfg.dry_run:
-            log.info("Dry run complete")
-        elif _finished(trainer):
-            log.info("Nothing to do: the run already reached step %d", trainer.global_step)
-        else:
-            log.info("Starting training...")
-            trainer.fit()
-            if trainer.stopped_on_signal and not _finished(trainer):
-                return True
-            log.info("Training complete")
+    with ExitStack() as owned:
+        # A start that fails before its first checkpoint leaves no save_folder behind (if it created it).
+        with removed_if_failed(cfg.save_folder):
+            owned.enter_context(held(cfg.save_folder, "save_folder", get_global_rank()))  # the run's folder
+            trainer = build_trainer(cfg, device)
+        with trainer:
+            if cfg.dry_run:
+                log.info("Dry run complete")
+            elif _finished(trainer):
+                log.info("Nothing to do: the run already reached step %d", trainer.global_step)
+            else:
+                log.info("Starting training...")
+                trainer.fit()
+                if trainer.stopped_on_signal and not _finished(trainer):
+                    return True
+                log.info("Training complete")
     return False
 
 
@@ -406,6 +415,7 @@ def check(config_path: str, overrides: Sequence[str], *, world_size: int, local_
     patch_torch_for_olmo()
     cfg = RepoTrainConfig.load(config_path, [clean_opt(s) for s in overrides])
     preflight(cfg, cuda=torch.cuda.is_available(), world_size=world_size, local_world_size=local_world_size)
+    check_free(cfg.save_folder, "save_folder")  # before anything below touches the folder
     for evaluator in cfg.evaluators:  # what each rank's evaluator build would refuse: the entries first
         check_entry(cfg, evaluator)
     for evaluator in cfg.evaluators:  # then one prompt of each built with the run's tokenizer
@@ -425,6 +435,7 @@ def train(config_path: str, overrides: Sequence[str]) -> None:
     SIGUSR1 at any time makes the run stop with a checkpoint after the current step; under SLURM rank 0 then
     requeues the job, once every rank is done.
     """
+    die_with_launcher()
     signal.signal(signal.SIGUSR1, lambda signum, frame: STOP_REQUESTED.set())
     patch_torch_for_olmo()
     device = init_distributed()

@@ -5,8 +5,9 @@ then calls the library through `run`. Every command follows one convention:
 
 - exit 0: done;
 - exit 2: a usage error, said by argparse (`usage: ...` and `PROG: error: ...`);
-- exit 1: a runtime error, i.e. bad, missing or corrupt input or a refused output (`user_errors`), said in one
-  line `PROG: error: ...` on stderr (`fail`), with no traceback; a bug keeps its traceback;
+- exit 1: a runtime error, i.e. bad, missing or corrupt input or a refused output (`user_errors`), or an extra
+  that is not installed (`olmo_repo.errors.missing_extra`: which one, and how to install it), said in one line
+  `PROG: error: ...` on stderr (`fail`), with no traceback; a bug keeps its traceback;
 - exit 130: Ctrl-C (`PROG: interrupted`).
 
 PROG is the script's file name (`fetch.py`), the parser's `prog`. The scripts are three lines that call `main`.
@@ -19,14 +20,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import RepoError
+from ..errors import RepoError, extras_missing, missing_extra
 from ..integrity import require_model_dir
 from ..output import check_distinct, check_replaceable
 from ..upstream.olmo_core import quiet_optional_backends
 
 quiet_optional_backends()  # OLMo-core's commands: their output and their one-line errors without its TE warning
 
-__all__ = ["check_input", "fail", "from_hf_command", "positive_int", "run", "user_errors"]
+__all__ = ["check_input", "fail", "from_hf_command", "positive_int", "require_extras", "run", "user_errors"]
 
 Errors = tuple[type[BaseException], ...]
 
@@ -49,6 +50,14 @@ def check_input(input: str, output: str, force: bool) -> None:
         raise FileNotFoundError(f"--input {input} does not exist")
     check_distinct(input, output)
     check_replaceable(output, force)
+
+
+def require_extras(*extras: str) -> None:
+    """`RepoError` naming the first of `extras` that is not installed, and how to get it
+    (`olmo_repo.errors.extras_missing`): what a command checks after its cheap input checks, before it imports
+    the extra's modules (seconds)."""
+    if line := extras_missing(*extras):
+        raise RepoError(line)
 
 
 def fail(prog: str, error: BaseException | str) -> int:
@@ -79,14 +88,26 @@ def user_errors() -> Errors:
     return tuple(errors)
 
 
-def run(prog: str, body: Callable[[], int | None], errors: Callable[[], Errors] = user_errors) -> int:
-    """`body()` under the convention: its exit status (None: 0); for an error of `errors()` one line
-    `prog: error: ...` and 1; on Ctrl-C `prog: interrupted` and 130. Any other exception propagates."""
+def run(
+    prog: str,
+    body: Callable[[], int | None],
+    errors: Callable[[], Errors] = user_errors,
+    needs: tuple[str, ...] = (),
+) -> int:
+    """`body()` under the convention: its exit status (None: 0); for an error of `errors()` or a missing extra
+    (of `needs`, checked first, or one the body imports) one line `prog: error: ...` and 1; on Ctrl-C
+    `prog: interrupted` and 130. Any other exception propagates."""
+    if line := extras_missing(*needs):
+        return fail(prog, line)
     try:
         return body() or 0
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except ImportError as e:
+        if (line := missing_extra(e)) is None:
+            raise
+        return fail(prog, line)
     except Exception as e:
         if isinstance(e, errors()):
             return fail(prog, e)
@@ -99,10 +120,12 @@ def from_hf_command(
     output: str,
     convert: Callable[[str, str, bool], object],
     argv: list[str] | None,
+    extra: str,
 ) -> int:
     """A converter from a Hugging Face directory to a trainer's checkpoint (`convert_from_hf.py`,
     `core_convert_from_hf.py`): the same flags, and the same checks of --input (there, a model directory, its
-    weights intact) and --output before `convert(input, output, force)` (which imports the trainer) runs."""
+    weights intact) and --output before `convert(input, output, force)` (which imports the trainer of `extra`)
+    runs."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--input", required=True, help="local HF directory (config.json and safetensors)")
     parser.add_argument("--output", required=True, help=f"{output} to write (must not exist unless --force)")
@@ -112,6 +135,7 @@ def from_hf_command(
     def body() -> None:
         require_model_dir(args.input)  # missing, the wrong kind or damaged: said before torch loads
         check_input(args.input, args.output, args.force)
+        require_extras(extra)
         print(f"wrote {convert(args.input, args.output, args.force)}")
 
     return run(prog, body)

@@ -21,4 +21,6 @@ def main(argv: list[str] | None = None) -> int:
         "repo_olmo2; or the reference implementation's format) to an unsharded OLMo checkpoint (config.yaml, "
         "model.pt, train.pt) usable as load_path (with reset_optimizer_state: true)."
     )
-    return from_hf_command("convert_from_hf.py", description, "checkpoint directory", _convert, argv)
+    return from_hf_command(
+        "convert_from_hf.py", description, "checkpoint directory", _convert, argv, "ai2-olmo"
+    )

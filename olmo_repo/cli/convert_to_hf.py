@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..integrity import require_model_dir
-from . import run
+from . import require_extras, run
 
 __all__ = ["main"]
 
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def convert() -> None:
         require_model_dir(args.input)  # missing or damaged: said before torch loads
+        require_extras("ai2-olmo")
         from ..ai2olmo.hf import convert_to_hf
 
         out = convert_to_hf(

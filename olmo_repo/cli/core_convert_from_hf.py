@@ -22,4 +22,6 @@ def main(argv: list[str] | None = None) -> int:
         "tokenizer.json): the load_path of a configs/olmocore run (a stock model's weights only: a RePo config "
         "creates f_phi at its init)."
     )
-    return from_hf_command("core_convert_from_hf.py", description, "checkpoint directory", _convert, argv)
+    return from_hf_command(
+        "core_convert_from_hf.py", description, "checkpoint directory", _convert, argv, "olmo-core"
+    )

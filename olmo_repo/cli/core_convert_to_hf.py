@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..dtypes import DTYPE_NAMES
-from . import check_input, positive_int, run
+from . import check_input, positive_int, require_extras, run
 
 __all__ = ["main"]
 
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def convert() -> None:
         check_input(args.input, args.output, args.force)  # before OLMo-core loads (seconds)
+        require_extras("olmo-core")
         from ..olmocore.hf import core_to_hf
 
         out = core_to_hf(

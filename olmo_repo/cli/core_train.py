@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from ..errors import RepoError
+from ..errors import RepoError, extras_missing
 from . import Errors, fail, positive_int
-from .launch import add_arguments, launched
+from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
 
@@ -55,13 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are --key=value)")
     if not Path(opts.config).is_file():  # before OLMo-core loads (seconds)
         return fail("core_train.py", f"{opts.config}: no such config file (see configs/olmocore/)")
-    try:
-        from olmo_core.exceptions import OLMoConfigurationError
-        from olmo_core.script_utils import ExperimentConfig  # noqa: F401  (OLMo-core 3 only)
-    except ImportError:
-        return fail(
-            "core_train.py", "needs OLMo-core 3: run it with .venv-core/bin/python (make install-core)"
-        )
+    if problem := config_kind_problem(opts.config, "olmo-core") or extras_missing("olmo-core"):
+        return fail("core_train.py", problem)
+    from olmo_core.exceptions import OLMoConfigurationError
+
     from ..olmocore.train import build, check_experiment, load_build_config, run, work_dir
 
     opts.work_dir = opts.work_dir or work_dir(opts.save_folder)

@@ -17,12 +17,13 @@ PROG = "demo.py"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf  # light: the configs' sizes, not torch
+    import yaml  # light (the configs' sizes, not torch), and in the base install: --help needs no extra
 
     from ..demo import PROCS, SAMPLES, config_path
 
     stage1, stage2 = (
-        OmegaConf.load(config_path(name)).max_duration for name in ("stage1-rope", "stage2-rope")
+        yaml.safe_load(config_path(name).read_text())["max_duration"]
+        for name in ("stage1-rope", "stage2-rope")
     )
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run_demo(args.out_dir, samples=args.samples, procs=args.procs, steps=args.steps and tuple(args.steps))
 
-    return run(PROG, demo, lambda: (RepoError,))
+    return run(PROG, demo, lambda: (RepoError,), needs=("ai2-olmo", "eval"))
 
 
 if __name__ == "__main__":

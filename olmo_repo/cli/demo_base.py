@@ -17,11 +17,11 @@ PROG = "demo_base.py"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf  # light: the config's sizes, not torch
+    import yaml  # light (the config's sizes, not torch), and in the base install: --help needs no extra
 
     from ..demo import BASE_DIR, config_path
 
-    config = OmegaConf.load(config_path("base-rope"))
+    config = yaml.safe_load(config_path("base-rope").read_text())
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
         "--work",
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         "--steps",
         type=int,
         default=None,
-        help=f"training steps of {config.global_train_batch_size} windows of {config.model.max_sequence_length} "
-        f"tokens, and the corpus size to match (default: {config.max_duration:,}, the config's; fewer for a "
+        help=f"training steps of {config['global_train_batch_size']} windows of {config['model']['max_sequence_length']} "
+        f"tokens, and the corpus size to match (default: {config['max_duration']:,}, the config's; fewer for a "
         "quick try)",
     )
     args = parser.parse_args(argv)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
         build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
 
-    return run(PROG, build, lambda: (RepoError,))
+    return run(PROG, build, lambda: (RepoError,), needs=("ai2-olmo",))
 
 
 if __name__ == "__main__":

@@ -139,4 +139,5 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run("eval.py", lambda: _evaluate(args))
+    needs = ("eval", "vllm") if args.backend == "vllm" else ("eval",)
+    return run("eval.py", lambda: _evaluate(args), needs=needs)

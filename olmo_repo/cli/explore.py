@@ -80,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
             serve_explorer(models, port=args.port, **options)
 
     # RuntimeError: torch's, for weights that do not fit the model's config
-    return run(PROG, explore, lambda: (*user_errors(), RuntimeError))
+    return run(PROG, explore, lambda: (*user_errors(), RuntimeError), needs=("explore",))

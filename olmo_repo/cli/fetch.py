@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from urllib.parse import urlparse
 
-from ..fetch.plan import GROUPS
+from ..fetch import GROUPS
 from . import run
 
 __all__ = ["main"]
@@ -120,4 +120,4 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130 if outcome.interrupted else 0 if outcome.complete else 1
 
-    return run(PROG, fetch)
+    return run(PROG, fetch, needs=("ai2-olmo",))

@@ -56,4 +56,5 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(flops.flops_table(counts, args.tokens))
 
-    return run(PROG, table)
+    configs = any(not Path(model).is_dir() for model in args.models)  # ai2-olmo configs (YAML)
+    return run(PROG, table, needs=("ai2-olmo",) if configs else ())

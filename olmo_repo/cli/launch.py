@@ -11,13 +11,17 @@ with the same arguments, each running the command's module. `--check` runs the c
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+from ..errors import command
+from ..ownership import LAUNCHER_PID
 from . import fail, positive_int, run
 
-__all__ = ["add_arguments", "launched", "worker_args"]
+__all__ = ["add_arguments", "config_kind_problem", "launched", "worker_args"]
 
 _VALUE_FLAGS = ("--nproc-per-node", "--nnodes")  # the launch flags that take a value; --check takes none
 
@@ -46,6 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check the config, data, checkpoints and save folder for the run, start nothing, exit 0 if it can "
         "train (scripts/slurm/ runs this before a job's nodes start)",
     )
+
+
+_CONFIG_KINDS = {  # trainer -> (its config files' suffixes, what they are, the command that trains them)
+    "ai2-olmo": ((".yaml", ".yml"), "an ai2-olmo config (YAML, configs/*.yaml)", "train"),
+    "olmo-core": ((".py",), "an OLMo-core config (Python, configs/olmocore/*.py)", "core_train"),
+}
+
+
+def config_kind_problem(config: str, trainer: str) -> str | None:
+    """The one line for a config file of the other trainer given to `trainer`'s command (each would fail on the
+    other's file with a parser's or an import's traceback): which trainer it is for, and its command."""
+    suffixes, what, _ = _CONFIG_KINDS[trainer]
+    if Path(config).suffix in suffixes:
+        return None
+    other = next(t for t in _CONFIG_KINDS if t != trainer)
+    if Path(config).suffix not in _CONFIG_KINDS[other][0]:
+        return f"{config} is not {what}"
+    return f"{config} is {_CONFIG_KINDS[other][1]}: train it with {command(_CONFIG_KINDS[other][2])}"
 
 
 def worker_args(argv: list[str]) -> list[str]:
@@ -93,6 +115,7 @@ def _torchrun(prog: str, module: str, nproc: int, args: list[str]) -> int:
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as torchrun
 
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers die with this process (olmo_repo.ownership)
     try:
         torchrun(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", module, *args]))
     except ChildFailedError as e:

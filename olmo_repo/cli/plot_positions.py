@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return run(PROG, lambda: _plot(args))
+    return run(PROG, lambda: _plot(args), needs=("eval",))
 
 
 def _plot(args: argparse.Namespace) -> None:
@@ -78,7 +78,7 @@ def _plot(args: argparse.Namespace) -> None:
         raise ValueError("the text is empty")
     # the output, then the model (missing or damaged): said before torch loads
     check_replaceable_file(args.out, args.force, PNG_SIGNATURE, "PNG")
-    require_model_dir(args.model)
+    require_model_dir(args.model, tokenizer=True)
     from ..checkpoint import as_hf_dir
     from ..eval.analysis import plot_head_positions  # heavy: once the arguments are valid
 

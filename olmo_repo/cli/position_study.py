@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import positive_int, run
+from . import positive_int, require_extras, run
 
 __all__ = ["main"]
 
@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     def study() -> None:
         import dataclasses
 
+        from ..recipe import check_checkout
         from ..study.run import Study, run_study
+
+        check_checkout("position_study")  # its second part is the SmolLM2 recipe: before hours of its first
+        require_extras("olmo-core", "eval")
 
         default = Study()
         options = Study(

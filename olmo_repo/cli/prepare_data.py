@@ -110,4 +110,4 @@ def main(argv: list[str] | None = None) -> int:
             else f"{args.output}: this machine's tasks are done; --join once every machine's are"
         )
 
-    return run(PROG, body)
+    return run(PROG, body, needs=("data",))

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import run
+from . import require_extras, run
 
 __all__ = ["main"]
 
@@ -130,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag} must be at least 1; got {value}")
 
     def recipe() -> None:
+        from ..recipe import check_checkout, run_recipe
+
+        check_checkout()  # before the extras: a pip install has no recipe to run
+        require_extras("olmo-core", "eval")
         from ..eval.niah import VARIANTS  # after the arguments: imports lm-eval
-        from ..recipe import run_recipe
 
         if unknown := [v for v in variants if v not in VARIANTS]:
             raise ValueError(f"--variants: unknown {', '.join(unknown)}; allowed: {', '.join(VARIANTS)}")

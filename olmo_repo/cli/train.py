@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import RepoError
+from ..errors import RepoError, extras_missing
 from . import Errors, fail, run
-from .launch import add_arguments, launched
+from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
 
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(
             PROG, f"config file {args.config} does not exist (expected a YAML file such as configs/*.yaml)"
         )
+    if problem := config_kind_problem(args.config, "ai2-olmo") or extras_missing("ai2-olmo"):
+        return fail(PROG, problem)
 
     def check(world_size: int, local_world_size: int) -> None:
         from ..ai2olmo.train import check

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import run
+from . import require_extras, run
 
 __all__ = ["main"]
 
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         # before the imports, which take seconds
         if "://" not in args.input and not Path(args.input).is_dir():
             raise FileNotFoundError(f"--input {args.input}: no sharded checkpoint folder there")
+        require_extras("ai2-olmo")
         from ..ai2olmo.unshard import unshard_checkpoint
         from ..upstream.torch import patch_torch_for_olmo
 

@@ -168,7 +168,9 @@ def plot_head_positions(
     from .loading import position_overrides, read_config
 
     check_replaceable_file(out, force, PNG_SIGNATURE, "PNG")
-    require_model_dir(model_dir)  # missing, not a model or a damaged file: before anything loads
+    require_model_dir(
+        model_dir, tokenizer=True
+    )  # missing, not a model or a damaged file: before anything loads
     with open_model(model_dir) as hf_dir:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         config = read_config(hf_dir)  # the one reader: any family, its position keys and f_phi checked

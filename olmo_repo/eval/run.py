@@ -83,7 +83,9 @@ def check_request(request: EvalRequest) -> None:
         raise ValueError(f"--samples={request.samples}: must be >= 1")
     if request.batch_size < 1:
         raise ValueError(f"--batch-size={request.batch_size}: must be >= 1")
-    require_model_dir(request.model)  # missing, not a model or a damaged file: before the heavy imports
+    require_model_dir(
+        request.model, tokenizer=True
+    )  # missing, not a model or a damaged file: before the heavy imports
 
 
 def check_out(out: Path, overwrite: bool) -> None:

@@ -44,9 +44,11 @@ def load_vllm(
     if enforce_eager is None:
         enforce_eager = not torch.cuda.is_available()
     from ..upstream.vllm import lm_eval_vllm_class
+    from ..vllm.config import check_head_size
 
     VLLM = lm_eval_vllm_class()
     config = read_config(hf_dir)
+    check_head_size(config, str(hf_dir), getattr(torch, dtype, torch.float32))  # before the engine starts
     source = f"{hf_dir}/config.json"
     overrides = yarn_overrides(config, length, yarn, source) | position_overrides(config, positions, source)
     if not torch.cuda.is_available() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import RepoError
+from ..errors import RepoError, install, missing_extra
 from ..integrity import ModelOpener, hf_dir_as_is, require_model_dir
 from ..modes import PositionSource
 from ..output import check_replaceable_file
@@ -35,9 +35,8 @@ def _explore_extra() -> tuple[ModuleType, ModuleType]:
     try:
         from . import app, model
     except ImportError as e:
-        raise RepoError(
-            f"the explorer needs the `explore` extra ({e.name} is missing): pip install -e '.[explore]'"
-        ) from None
+        line = missing_extra(e) or f"needs the explore extra ({e.name} is missing): {install('explore')}"
+        raise RepoError(f"the explorer {line}") from None
     return app, model
 
 
@@ -77,7 +76,7 @@ def export_page(
     only if it is such a page. `positions`: what the RePo layers rotate by (learned; index or constant replace
     the learned positions, as `scripts/eval.py --positions`). Returns `out`."""
     for path in models:
-        require_model_dir(path)  # before torch loads
+        require_model_dir(path, tokenizer=True)  # before torch loads
     app, _ = _explore_extra()
     prompt = read_prompt(prompt_file)
     check_replaceable_file(out, force, PAGE_SIGNATURE, "position explorer page")
@@ -96,7 +95,7 @@ def serve_explorer(
     """Serve the explorer for one or two `models` on 127.0.0.1:`port` (0: a free one), printing its URL, until
     Ctrl-C, which stops it gracefully (and returns). `open_model` and `positions` as for `export_page`."""
     for path in models:
-        require_model_dir(path)  # before torch loads
+        require_model_dir(path, tokenizer=True)  # before torch loads
     app, _ = _explore_extra()
     try:
         sock = app.listen(port)

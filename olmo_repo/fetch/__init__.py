@@ -9,4 +9,8 @@ made from text with a model's own tokenizer). Nothing here imports torch or ai2-
 
 from .errors import FetchError
 
-__all__ = ["FetchError"]
+__all__ = ["GROUPS", "FetchError"]
+
+GROUPS = ("data", "checkpoint", "eval")
+"""`--only` values: training data (and a remote tokenizer), load_path's files, the evaluators' data. Here, not in
+`plan`, so that the command's --help needs neither requests nor boto3."""

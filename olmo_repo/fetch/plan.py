@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from . import GROUPS
 from .errors import FetchError
 from .remote import SCHEMES, NotFound, RemoteFile, list_s3, stat
 
@@ -32,8 +33,6 @@ __all__ = [
     "rewrite_config",
 ]
 
-GROUPS = ("data", "checkpoint", "eval")
-"""`--only` values: training data (and a remote tokenizer), load_path's files, the evaluators' data."""
 
 # The files of an unsharded checkpoint that a start from load_path reads; optim.pt and train.pt are skipped
 # when the config resets that state (as `check_load_path_files` in olmo_repo/ai2olmo/preflight.py does).

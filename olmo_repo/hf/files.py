@@ -5,9 +5,12 @@ tokenizer, generation config and, for RePo/NoPE models, the remote code. torch a
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -29,6 +32,7 @@ from transformers import (
 )
 
 from ..integrity import require_intact
+from ..modes import PE_KEYS, SCORED_PE_KEYS
 from .configuration_repo_llama import RepoLlamaConfig
 from .configuration_repo_olmo2 import RepoOlmo2Config
 from .configuration_repo_olmo3 import RepoOlmo3Config
@@ -42,7 +46,10 @@ __all__ = [
     "AUTO_MAP",
     "MODEL_CLASSES",
     "REMOTE_CODE",
+    "as_stock",
+    "carried",
     "check_state_dict",
+    "over_stock",
     "read_hf_state_dict",
     "save_hf",
     "save_tokenizer",
@@ -156,6 +163,49 @@ def save_hf(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id
     )
     model.save_pretrained(out)  # config.json, safetensors (sharded when large), generation_config.json
+
+
+_META = ("model_type", "transformers_version", "architectures", "auto_map", "dtype", "torch_dtype")
+"""Keys of a config.json that say how it is stored, not what the model is: the converted model's own."""
+_STOCK_WINS = ("bos_token_id", "eos_token_id", "pad_token_id", "use_cache")
+"""Keys of the HF classes that no trainer's model config states: the tokenizer's ids (a run records the ids its data
+were made with, e.g. no start id, one of several end ids) and transformers' runtime switch."""
+_SCORED_ONLY = tuple(key for key in SCORED_PE_KEYS if key not in PE_KEYS)
+"""What a model's RePo layers score with (`pe_blend`, `pe_positions`), which no training config holds."""
+
+
+def over_stock(
+    config: PreTrainedConfig, stock: dict[str, Any] | None, max_position_embeddings: int | None = None
+) -> PreTrainedConfig:
+    """`config` (a trained model as its trainer's config says it; its `max_position_embeddings` the training
+    length) over the config.json of the stock model the run continued (`stock`, as `carried` keeps it; None for a
+    model trained from scratch): the stock model's context length (the longer of the two: the window a run trained
+    on is not what the model can read), its token ids and every key the trainer's config does not state come back;
+    what the weights compute (sizes, RoPE and its scaling, windows, RePo layers: the run's keys) stays the trained
+    model's. `max_position_embeddings`, given, is the length outright. Changed in place and returned."""
+    stock = stock or {}
+    fields = {f.name for f in dataclasses.fields(type(config))}
+    for key, value in stock.items():
+        if (
+            key not in _META
+            and key not in PE_KEYS
+            and (key not in fields or key in _STOCK_WINS + _SCORED_ONLY)
+        ):
+            setattr(config, key, value)
+    context = max(config.max_position_embeddings, stock.get("max_position_embeddings") or 0)
+    config.max_position_embeddings = max_position_embeddings or context
+    return config
+
+
+def as_stock(config: PreTrainedConfig) -> dict[str, Any]:
+    """`config` whole, as JSON values: what a converter to a trainer's checkpoint records of the HF model."""
+    return json.loads(config.to_json_string(use_diff=False))
+
+
+def carried(stock: dict[str, Any]) -> dict[str, Any]:
+    """The stock config a run carries into its checkpoints: without what the stock model's RePo layers scored
+    with (`pe_blend`, `pe_positions`), which the run's own schedule and learned positions replace."""
+    return {key: value for key, value in stock.items() if key not in _SCORED_ONLY}
 
 
 def check_state_dict(state_dict: dict[str, Tensor], expected: dict[str, Tensor], what: str) -> None:

@@ -31,6 +31,7 @@ import torch
 from transformers import LlamaConfig, Olmo2Config, Olmo3Config, PreTrainedConfig, Qwen3Config
 from transformers.utils import cached_file
 
+from ..errors import command
 from ..integrity import olmo_core_checkpoint_problem
 from ..modes import (
     F_PHI_HIDDEN_RATIO,
@@ -38,6 +39,7 @@ from ..modes import (
     REFERENCE_BLEND_KEYS,
     PositionMode,
     check_pe_keys,
+    check_position_modes,
     layer_modes,
     parse_layer_ids,
     reference_mode,
@@ -206,7 +208,7 @@ def read_hf_config(
     weights; `Olmo2Config` if it selects no RePo/NoPE layer); with `model_types` also the Llama and Qwen 3
     families (`ALL_MODEL_TYPES`). Any other model type is one ValueError listing those allowed, so a reader
     that knows one block shape never takes another. f_phi's weights are checked against it."""
-    if problem := olmo_core_checkpoint_problem(hf_dir, "scripts/core_convert_to_hf.py"):
+    if problem := olmo_core_checkpoint_problem(hf_dir, command("core_convert_to_hf")):
         raise ValueError(problem)
     file = os.path.join(hf_dir, "config.json")
     with open(file) as f:
@@ -220,7 +222,9 @@ def read_hf_config(
     if model_type not in model_types or model_type not in _CONFIGS:
         hint = ""
         if model_type in ALL_MODEL_TYPES:  # a family this project trains, but on OLMo-core only
-            hint = " (Llama and Qwen 3 train with OLMo-core: scripts/core_convert_from_hf.py converts them)"
+            hint = (
+                f" (Llama and Qwen 3 train with OLMo-core: {command('core_convert_from_hf')} converts them)"
+            )
         raise ValueError(
             f"{hf_dir}: model_type={model_type!r} is not supported; allowed: {', '.join(model_types)}{hint}"
         )
@@ -235,7 +239,24 @@ def read_hf_config(
         config = repo.from_dict(raw)
         check_f_phi(shapes, config, str(hf_dir))
         return config
-    return stock.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})
+    config = stock.from_dict({k: v for k, v in raw.items() if not k.startswith("pe_")})
+    try:  # the rules of every model here (the RePo configs check them on construction): head groups
+        check_position_modes(
+            PositionMode.rope,
+            0,
+            None,
+            n_layers=config.num_hidden_layers,
+            n_heads=config.num_attention_heads,
+            n_kv_heads=config.num_key_value_heads or config.num_attention_heads,
+            keys={
+                "n_layers": "num_hidden_layers",
+                "n_heads": "num_attention_heads",
+                "n_kv_heads": "num_key_value_heads",
+            },  # fmt: skip
+        )
+    except ValueError as e:
+        raise ValueError(f"{file}: {e}") from None
+    return config
 
 
 # model_type -> (the stock config, the RePo config) of the family

@@ -28,7 +28,7 @@ from olmo_core.distributed.checkpoint import (
 from olmo_core.nn.transformer import Transformer, TransformerConfig
 from torch.distributed.checkpoint.metadata import Metadata
 
-from ..errors import CorruptFileError, RepoError
+from ..errors import CorruptFileError, RepoError, command
 from ..integrity import file_problem, latest_intact
 from ..upstream.olmo_core import truncated_files
 from . import attention  # noqa: F401  (registers RepoAttentionConfig before any config is decoded)
@@ -70,11 +70,11 @@ def not_a_checkpoint(path: str | Path, key: str = "") -> str:
         hint = f" but a run's folder: pass one of its checkpoints, e.g. the latest, {steps[-1]}"
     elif (path / "model.pt").is_file() or (path / "config.yaml").is_file():
         hint = (
-            " (it is an ai2-olmo checkpoint: scripts/convert_to_hf.py in .venv makes it an HF directory, which "
-            "scripts/core_convert_from_hf.py makes an OLMo-core checkpoint)"
+            f" (it is an ai2-olmo checkpoint: {command('convert_to_hf')} where ai2-olmo is installed makes it an HF "
+            f"directory, which {command('core_convert_from_hf')} makes an OLMo-core checkpoint)"
         )
     elif (path / "config.json").is_file():
-        hint = " (it is a Hugging Face directory: scripts/core_convert_from_hf.py converts it)"
+        hint = f" (it is a Hugging Face directory: {command('core_convert_from_hf')} converts it)"
     else:
         hint = f", no {MODEL_AND_OPTIM}/.metadata"
     return f"{key}{path}: not an OLMo-core checkpoint{hint}"

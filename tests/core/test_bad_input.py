@@ -91,6 +91,13 @@ def _one_line(capsys, prog: str, says: str) -> None:
         (["--nproc-per-node=3"], "does not split into 3 data-parallel rank(s)"),
         (["--check", "--nnodes=2", "--nproc-per-node=3"], "into 6 data-parallel rank(s)"),
         (["--train_module.rank_microbatch_size=1000"], "is not a whole number of sequences"),
+        # A training length of 0: OLMo-core divided by it (ZeroDivisionError); the same line as ai2-olmo's.
+        (
+            ["--train_module.max_sequence_length=0"],
+            "error: train_module.max_sequence_length=0 is not a training length: pass a whole number of tokens, "
+            "at least 1",
+        ),
+        (["--dataset.sequence_length=0"], "error: dataset.sequence_length=0 is not a training length"),
         # Issue 48's knobs: the rule set's messages (modes.py), the ai2-olmo side's too.
         (
             [
@@ -192,6 +199,38 @@ def test_core_train_refuses_data_made_with_another_tokenizer(
     assert core_train.main(argv + args) == 1
     _one_line(capsys, "core_train.py", says)
     assert not save.exists()
+
+
+def test_core_train_checks_the_tokenizer_each_data_folder_records(tmp_path, capsys, caplog, model_checkpoint):
+    """The config may name the model's tokenizer while the data were made with another: the tokenizer.json that
+    tokenize_text.py writes beside the token file is compared too. A checkpoint that records no tokenizer file
+    (converted from an HF directory without one) cannot be compared token by token, and says so in one line."""
+    import json
+    import logging
+
+    data, load = _data_and_stage1(tmp_path, model_checkpoint, eos_token_id=0)
+    _other_tokenizer(data / "tokenizer.json")
+    argv = [str(TINY), f"--save-folder={tmp_path / 'run'}", f"--data-root={data}", f"--load_path={load}",
+            f"--dataset.tokenizer.identifier={BASE_DIR / 'tokenizer.json'}"]  # fmt: skip
+    assert core_train.main(["--check", *argv]) == 1
+    _one_line(
+        capsys,
+        "core_train.py",
+        f"dataset.paths: {data / 'stage2.npy'} was made with {data / 'tokenizer.json'}, which is not the "
+        f"tokenizer of load_path={load} ({BASE_DIR / 'tokenizer.json'}: ",
+    )
+    config = json.loads((load / "config.json").read_text())
+    del config["dataset"]["tokenizer"]["identifier"]
+    (load / "config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING):
+        assert core_train.main(["--check", *argv]) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "records no tokenizer file" in r.getMessage()]
+    assert warning == (
+        f"load_path={load} records no tokenizer file (none): the data are checked against its vocabulary size and "
+        "end and padding ids only, not token by token (convert the model from an HF directory that holds its "
+        "tokenizer.json)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "stage1"]
 
 
 def test_core_train_takes_data_ended_by_any_of_the_models_end_ids(tmp_path, capsys, model_checkpoint):
@@ -419,3 +458,40 @@ def test_evaluating_an_ai2_olmo_checkpoint_without_ai2_olmo_says_where_to_conver
     assert done.returncode == 1 and err.count("\n") == 0, err
     assert f"{ckpt} is an ai2-olmo checkpoint and this environment has no ai2-olmo (olmo is missing)" in err
     assert "scripts/convert_to_hf.py" in err and not out.exists()
+
+
+def test_an_ai2_olmo_config_or_command_says_where_it_runs(tmp_path, capsys):
+    """A YAML config given to core_train.py was a bare AssertionError; scripts/train.py here (no ai2-olmo) an
+    import traceback."""
+    from olmo_repo.cli import train as train_cli
+
+    yaml = ROOT / "configs/official-1B-repo.yaml"
+    assert core_train.main([str(yaml), f"--save-folder={tmp_path / 'run'}"]) == 1
+    assert capsys.readouterr().err == (
+        f"core_train.py: error: {yaml} is an ai2-olmo config (YAML, configs/*.yaml): train it with scripts/train.py\n"
+    )
+    assert train_cli.main([str(yaml)]) == 1
+    assert capsys.readouterr().err == (
+        "train.py: error: needs the ai2-olmo extra (olmo is not installed): run it with .venv/bin/python "
+        "(make install)\n"
+    )
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_query_heads_that_do_not_group_over_the_key_value_heads_are_refused(tmp_path, capsys):
+    """A stock Llama with 6 query heads over 4 key/value heads: converted, it failed at evaluation with a size
+    mismatch (the ai2-olmo converter and evaluation: tests/test_bad_input.py)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = tmp_path / "model"
+    config = LlamaConfig(vocab_size=64, hidden_size=96, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=6, num_key_value_heads=4, head_dim=16, eos_token_id=1)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(model)
+    capsys.readouterr()  # its progress bar
+    assert core_convert_from_hf.main(["--input", str(model), "--output", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"core_convert_from_hf.py: error: {model}/config.json: num_key_value_heads=4 does not divide "
+        "num_attention_heads=6: grouped-query attention needs the same number of query heads per key/value head; "
+        "allowed: a divisor of 6\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -31,7 +31,7 @@ from olmo_repo.cli import core_train, tokenize_text
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.fetch.tokens import TOKENS_FILE
 from olmo_repo.fit import f_phi_layer
-from olmo_repo.modes import F_PHI_WEIGHTS
+from olmo_repo.modes import F_PHI_WEIGHTS, SCORED_PE_KEYS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import with_position_modes
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
@@ -209,7 +209,9 @@ def _cross_entropy(model, windows: torch.Tensor) -> tuple[float, float, float]:
 
 
 @pytest.mark.procs  # two training processes
-def test_two_process_steps_from_the_stock_model_on_python_docs_and_back_to_hf(stage1, pydoc, tmp_path):
+def test_two_process_steps_from_the_stock_model_on_python_docs_and_back_to_hf(
+    stage1, pydoc, tmp_path, smollm2_dir
+):
     """The documented start (`scripts/core_train.py --nproc-per-node=2`, its checks first) trains 2 steps of one
     128-token window per rank from the stage-1 checkpoint. Losses finite; step 1's is the step-0 model's on the
     batch the data loader drew, recomputed here within the fp32 bound. Both it and the stock model's loss on that
@@ -256,6 +258,14 @@ def test_two_process_steps_from_the_stock_model_on_python_docs_and_back_to_hf(st
     last = save / f"step{STEPS}"
     hf_dir = core_to_hf(last, tmp_path / "hf")
     assert _json(hf_dir / "config.json")["model_type"] == "repo_llama"
+    # SmolLM2's config whole (8192 tokens, not the run's 128; its end id, its extra keys), the run's RePo keys over
+    # it: no --max-position-embeddings needed (issue 51)
+    run_keys = ("model_type", "architectures", "auto_map", *SCORED_PE_KEYS)
+    converted, stock = _json(hf_dir / "config.json"), _json(smollm2_dir / "config.json")
+    assert converted["max_position_embeddings"] == stock["max_position_embeddings"] == 8192
+    assert (
+        config_differences(stock, converted, {**HF_MAY_DIFFER, **dict.fromkeys(run_keys, "the run's")}) == {}
+    )
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
     trained = checkpoint.load_model(last).eval()
     with torch.no_grad(), record_positions(trained) as positions:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,13 +16,16 @@ import pytest
 import torch
 from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
 
+from olmo_repo.cli import core_train
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.modes import index_blend
 from olmo_repo.olmocore.hf import hf_to_core
+from olmo_repo.ownership import LOCK_FILE
 
 from ..s3_server import loopback_s3
+from ..training import holder
 from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint, tiny_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.procs]  # three two-process training runs
@@ -147,6 +151,36 @@ def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(
         for run in (a, b):
             assert [run[step][f"optim/LR (group {g})"] for g in range(3)] == want, step
             assert run[step].get("train/positions/index_blend", 0.0) == index_blend(1.0, 6, step - 1), step
+
+
+def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys):
+    """As tests/test_train_cli.py's for ai2-olmo: the worker of the documented start holds the save folder, a
+    second run is refused in one line naming it, and SIGKILL of the launcher's group kills the worker too."""
+    data, run, log = random_corpus(tmp_path / "data"), tmp_path / "run", tmp_path / "run.log"
+    args = [str(TINY), f"--save-folder={run}", f"--data-root={data}", "--trainer.callbacks.niah.enabled=false",
+            "--trainer.max_duration.value=100000"]  # fmt: skip
+    with log.open("w") as out:
+        launcher = subprocess.Popen([sys.executable, str(ROOT / "scripts/core_train.py"), "--nproc-per-node=1",
+                                     *args], env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+    worker = holder(run / LOCK_FILE, launcher, timeout=600)
+    try:
+        while not (run / "metrics.jsonl").is_file() and launcher.poll() is None:  # training, not starting
+            time.sleep(0.1)
+        assert core_train.main(["--check", *args]) == 1  # a second run, as its launcher checks it
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"core_train.py: error: --save-folder={run} is in use by a live run (pid {worker.pid} on "
+            f"{socket.gethostname()}, "
+        ) and err.endswith("): wait for it to end or stop it, or use another save folder\n"), err
+        os.killpg(launcher.pid, signal.SIGKILL)
+        assert launcher.wait() == -signal.SIGKILL
+        worker.wait(timeout=10)  # its parent's death noticed, by itself
+    finally:
+        if worker.is_running():
+            worker.kill()
+    assert "is gone; stopping" in log.read_text()
+    assert core_train.main(["--check", *args]) == 0, capsys.readouterr().err  # free again
 
 
 def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):

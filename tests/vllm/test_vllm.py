@@ -75,6 +75,11 @@ BAD_INPUTS = {
         dict(reference={"dynamic_pe_mode": "swigluex_multihead"}, num_key_value_heads=3),
         "num_key_value_heads=3 does not divide num_attention_heads=4",
     ),
+    # vLLM's CPU attention has no kernel for it: said after the engine started, in 100+ lines (issue 51)
+    "a head size without a CPU kernel": (
+        dict(hidden_size=160),
+        "head size 40 has no kernel in vLLM's CPU attention (float32; 32, 48, 64, 128 and others have one)",
+    ),
     # a multi-head checkpoint's f_phi (one position per query head) under a config that says grouped
     "f_phi of another model": (
         dict(pe_mode="repo", num_key_value_heads=2),
@@ -107,6 +112,34 @@ def test_unrunnable_checkpoints_are_refused_at_load_with_one_line(tmp_path, case
     lines = [line for line in str(info.value).splitlines() if message in line]
     assert len(lines) == 1, str(info.value)
     assert len(lines[0]) < 400, lines[0]
+
+
+def test_eval_refuses_a_head_size_without_a_cpu_kernel_before_the_engine_starts(tmp_path, capsys):
+    """`scripts/eval.py --backend vllm` on a stock Llama of head size 40 (no CPU kernel; 48 has one, though vLLM's
+    list of sizes omits it): one line, no engine, nothing written."""
+    from olmo_repo.cli import eval as cli
+    from olmo_repo.upstream.vllm import cpu_attention_takes
+
+    assert [cpu_attention_takes(size, torch.float32) for size in (32, 40, 48, 64)] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    model = tmp_path / "llama"
+    tiny.save_family(model, "llama", stock=True, hidden_size=160)
+    capsys.readouterr()
+    argv = [str(model), "--backend=vllm", "--tasks=niah_single_1", "--lengths=1024", "--samples=1"]
+    assert cli.main([*argv, f"--out={tmp_path / 'out'}"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.endswith(
+            f"eval.py: error: {model}: head size 40 has no kernel in vLLM's CPU attention (float32; 32, 48, 64, 128 "
+            "and others have one): evaluate it with --backend hf, or run vLLM on a GPU\n"
+        )
+        and "Traceback" not in err
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama"]
 
 
 class _RepoLayer(RepoLayer, torch.nn.Module):
