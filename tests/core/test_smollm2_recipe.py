@@ -82,7 +82,9 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
         assert [r["step"] for r in logged if "train/CE loss" in r] == [1], name
         layers = {k.split("/")[2] for r in logged for k in r if k.startswith("train/positions/layer")}
         assert layers == {f"layer{i}" for i in range(9, 30)}, name
-    assert [r.get("train/positions/index_blend") for r in records["repo-learn"] if "train/CE loss" in r] == [1.0]
+    assert [r.get("train/positions/index_blend") for r in records["repo-learn"] if "train/CE loss" in r] == [
+        1.0
+    ]
     assert not any("train/positions/index_blend" in r for r in records["repo"])
 
     report = (out / "report.md").read_text()
