@@ -3,7 +3,8 @@ length, and tested at that length and at 4x (with and without YaRN) with more di
 
 The task is multi-query associative recall among noise (the retrieval NIAH asks for, stripped to its core): a
 sequence holds `pairs` key-value pairs at random places among noise tokens, then `queries` queries
-`QUERY key value`; the model is scored on each value, which only the pair earlier in the context can tell. The
+`QUERY key value` of pairs drawn at random (with replacement); the model is scored on each value, which only the
+pair earlier in the context can tell. The
 test at 4x the length holds 4x the pairs (4x the distractors) and 4x the noise.
 
     BOS  n n k1 v1 n k2 v2 n n ... n k8 v8 n   QUERY k3 [v3]  QUERY k7 [v7]  ...     ([.]: scored)
@@ -58,14 +59,16 @@ class Task:
         ids = torch.randint(n0, n0 + self.noise, (n, self.length), generator=gen)
         ids[:, 0] = BOS
         body = self.length - 1 - 3 * self.queries  # where the pairs go: 1..body
-        if (body - 1) // 2 < self.pairs or self.queries > self.pairs or self.pairs > self.keys:
+        if (body - 1) // 2 < self.pairs or self.pairs > self.keys:
             raise ValueError(f"{self}: too short for its pairs and queries")
         keys = _distinct(gen, n, self.keys, self.pairs) + k0  # [n, pairs]
         values = torch.randint(v0, v0 + self.values, (n, self.pairs), generator=gen)
         starts = 1 + 2 * _distinct(gen, n, (body - 1) // 2, self.pairs)  # non-overlapping pair slots
         ids.scatter_(1, starts, keys)
         ids.scatter_(1, starts + 1, values)
-        asked = _distinct(gen, n, self.pairs, self.queries)  # [n, queries]
+        # [n, queries], drawn with replacement: asking every pair once would let the last answers follow by
+        # elimination (the values not asked yet) instead of retrieval
+        asked = torch.randint(0, self.pairs, (n, self.queries), generator=gen)
         at = 1 + body + 3 * torch.arange(self.queries)  # QUERY tokens
         ids[:, at] = QUERY
         ids[:, at + 1] = keys.gather(1, asked)
