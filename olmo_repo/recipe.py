@@ -111,16 +111,18 @@ ARMS = (PAPER, LEARNING, ROPE)
 """The recipe's arms by default."""
 STUDY_ARMS = (
     PAPER,
-    Arm("RePo, f_phi lr x30", "repo-lr30", ("--f_phi.lr_multiplier=30",)),
-    Arm("RePo, f_phi lr x240", "repo-lr240", ("--f_phi.lr_multiplier=240",)),
-    Arm("RePo, blend", "repo-blend", LEARNING.overrides[:2]),
     LEARNING,
-    Arm("RePo, f_phi only x240", "repo-only", ("--f_phi.only=true", "--f_phi.lr_multiplier=240")),
-    Arm("NoPE", "nope", (f"{MIXER}pe_mode=nope",)),
     ROPE,
+    Arm("NoPE", "nope", (f"{MIXER}pe_mode=nope",)),
+    Arm("RePo, f_phi lr x240", "repo-lr240", ("--f_phi.lr_multiplier=240",)),
+    Arm("RePo, f_phi only x240", "repo-only", ("--f_phi.only=true", "--f_phi.lr_multiplier=240")),
+    Arm("RePo, blend", "repo-blend", LEARNING.overrides[:2]),
+    Arm("RePo, f_phi lr x30", "repo-lr30", ("--f_phi.lr_multiplier=30",)),
 )
-"""docs/research.md's arms: the paper's; f_phi's learning rate x30 and x240 (an eighth of the paper's travel per
-weight, and all of it); the blend at the paper's lr and with x240; f_phi alone at x240; NoPE in RePo's layers."""
+"""docs/research.md's arms, in the order they run (the comparisons that matter most first, so that a study
+stopped early has them): the paper's; the recipe's learning arm (the blend with x240); the controls, RoPE and
+NoPE in RePo's layers; f_phi's learning rate x240 alone (all of the paper's travel per weight); f_phi alone at
+x240; the blend at the paper's lr; f_phi's learning rate x30 (an eighth of the travel)."""
 KNOWN_ARMS = {arm.name: arm for arm in STUDY_ARMS}
 
 

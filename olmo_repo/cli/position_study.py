@@ -18,8 +18,9 @@ Two parts, each a resumable stage of OUT_DIR (a kill loses at most the model or 
 command to continue):
 
 1. SmolLM2-135M continued through the recipe (scripts/smollm2_recipe.py) in OUT_DIR/smollm2, with the study's
-   arms: the paper's RePo; f_phi's learning rate x30 and x240; the index blend's warm start at the paper's lr
-   and with x240; f_phi alone at x240; NoPE in RePo's layers; RoPE. Held-out loss at step 0 and the end (the
+   arms, in this order: the paper's RePo; the index blend's warm start with f_phi's learning rate x240; RoPE;
+   NoPE in RePo's layers; f_phi's learning rate x240; f_phi alone at x240; the blend at the paper's lr; f_phi's
+   learning rate x30. Held-out loss at step 0 and the end (the
    RePo arms also with their positions replaced by the token index and by one constant), the positions' spread
    and order per layer, NIAH before and after with Wilson intervals;
 2. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
