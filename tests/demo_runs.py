@@ -60,7 +60,7 @@ def timeless(report: str) -> str:
     """The report without what says how long a run took: the training table's tokens/s and wall s."""
     header = re.search(r"^\| run \|.*\|$", report, re.M)[0].split(" | ")
     drop = {header.index("tokens/s"), header.index("wall s")}
-    rows = re.findall(r"^\| stage\d-\w+ \|.*\|$", report, re.M)
+    rows = re.findall(r"^\| stage\d-[\w-]+ \|.*\|$", report, re.M)
     for row in rows:
         cells = row.split(" | ")
         report = report.replace(row, " | ".join("-" if i in drop else c for i, c in enumerate(cells)))

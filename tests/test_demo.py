@@ -126,17 +126,22 @@ def test_demo_constants_are_the_configs():
         assert (config.model.eos_token_id, config.model.pad_token_id) == (0, 1)
         assert config.global_train_batch_size == demo.BATCH
     # Stage 1 continues the base model, stage 2 stage 1: the same model, the position modes aside; NoPE and
-    # RePo on the same layers; the three stage-2 runs read the same batches with the same evaluators.
-    nope, repo, rope = stage2
+    # RePo on the same layers; the stage-2 runs read the same batches with the same evaluators; the learning arm
+    # is the paper's arm with the index blend and f_phi's own learning rate.
+    nope, repo, learn, rope = stage2
     assert all(c.model == base.model for c in [stage1, rope])
     assert all(
-        {k: v for k, v in c.model.items() if not k.startswith("pe_")} == base.model for c in (nope, repo)
+        {k: v for k, v in c.model.items() if not k.startswith("pe_")} == base.model
+        for c in (nope, repo, learn)
     )
-    assert (nope.model.pe_mode, repo.model.pe_mode) == ("nope", "repo")
-    assert nope.model.pe_start_layer == repo.model.pe_start_layer
-    drop = ("run_name", "save_folder", "model")  # save_folder: runs/${run_name}
+    assert (nope.model.pe_mode, repo.model.pe_mode, learn.model.pe_mode) == ("nope", "repo", "repo")
+    assert nope.model.pe_start_layer == repo.model.pe_start_layer == learn.model.pe_start_layer
+    assert {k: v for k, v in learn.model.items() if not k.startswith("pe_blend")} == repo.model
+    assert 0 < learn.model.pe_blend_steps < learn.max_duration and learn.model.pe_blend_init == 1.0
+    assert learn.f_phi.lr_multiplier > 1 and "f_phi" not in repo
+    drop = ("run_name", "save_folder", "model", "f_phi")  # save_folder: runs/${run_name}
     assert all({k: v for k, v in c.items() if k not in drop} == {k: v for k, v in rope.items() if k not in drop}
-               for c in (nope, repo))  # fmt: skip
+               for c in (nope, repo, learn))  # fmt: skip
     assert demo.SPLIT_WINDOWS["base"] == base.max_duration * demo.BATCH == BASE_STEPS * demo.BATCH
     assert demo.SPLIT_WINDOWS["stage1"] == stage1.max_duration * demo.BATCH  # every window read once
     assert all(demo.SPLIT_WINDOWS["stage2"] == c.max_duration * demo.BATCH for c in stage2)

@@ -21,7 +21,7 @@ import pytest
 from olmo_repo import RepoTrainConfig
 from olmo_repo.cli.fetch import main
 from olmo_repo.fetch.remote import CHUNK
-from olmo_repo.fetch.transfer import MANIFEST, PART, LocalTarget
+from olmo_repo.fetch.transfer import INTERRUPTING, MANIFEST, PART, LocalTarget
 
 from .fetch_server import FileServer, Served
 from .training import ROOT, STAGE1, free_port, losses, make_trainer, small, subprocess_env, write_corpus
@@ -334,8 +334,13 @@ def test_sigint_half_way_then_a_rerun_resumes(server, tmp_path, capsys):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    served.release.set()  # the next chunk arrives after the SIGINT
+    said = []  # the next chunk is released once the fetch has taken the SIGINT (else it may finish the file)
+    while (line := proc.stderr.readline()) and INTERRUPTING not in line:
+        said.append(line)
+    served.release.set()
     out, err = proc.communicate(timeout=300)
+    err = "".join(said) + line + err
+    assert INTERRUPTING in err, out + err
     assert proc.returncode == 130, out + err
     assert "interrupted:" in out and "Traceback" not in err, out + err
     assert part.stat().st_size > 0 and not _copy(to, server, "data/stage1.npy").exists(), out + err

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from olmo_repo.demo.folder import DemoFolder
-from olmo_repo.study.retrieval import BOS, QUERY, Task, TinyModel, accuracy, build
+from olmo_repo.study.retrieval import accuracy, build
 from olmo_repo.study.scratch import TESTS, run_scratch, scratch_section
+from olmo_repo.study.task import BOS, QUERY, Task, TinyModel
 
 
 @pytest.mark.parametrize("factor", [1, 4])

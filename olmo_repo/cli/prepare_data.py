@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import positive_int, run
+from . import positive_int, require_extras, run
 
 __all__ = ["main"]
 
@@ -86,8 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give INPUT files or --mix FILE (one of them)")
 
     def body() -> None:
+        from ..fetch.prepare import SHARD_TOKENS, model_tokenizer
+
+        if not args.join:
+            model_tokenizer(args.model, args.eos_token_id)  # a bad --model is said before a missing extra
+        require_extras("data")
         from ..fetch.mix import join_output, prepare_mix
-        from ..fetch.prepare import SHARD_TOKENS, prepare
+        from ..fetch.prepare import prepare
 
         options = dict(
             eos_token_id=args.eos_token_id,
@@ -110,4 +115,4 @@ def main(argv: list[str] | None = None) -> int:
             else f"{args.output}: this machine's tasks are done; --join once every machine's are"
         )
 
-    return run(PROG, body, needs=("data",))
+    return run(PROG, body)

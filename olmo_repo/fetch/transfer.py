@@ -33,6 +33,7 @@ from .plan import Probed, local_name
 from .remote import Changed, NotFound, RemoteFile, Transient, open_from
 
 __all__ = [
+    "INTERRUPTING",
     "MANIFEST",
     "PART",
     "Item",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 PART = ".fetching"
+INTERRUPTING = "interrupted: each download stops at its next chunk, its part kept for the next run"
 MANIFEST = ".fetch-manifest.json"
 
 # Item states: what a run does with the file.
@@ -533,6 +535,8 @@ def fetch_items(
     except KeyboardInterrupt:
         outcome.interrupted = True
         stop.set()
+        # said at once: the workers may be waiting on a slow server for their next chunk
+        tqdm.write(INTERRUPTING, file=sys.stderr)
         for future in futures:
             future.cancel()
     finally:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..demo.folder import DemoFolder
 from ..recipe import STUDY_ARMS, Recipe, run_recipe
-from .retrieval import TinyModel
 from .scratch import run_scratch, scratch_section
+from .task import TinyModel
 
 __all__ = ["Study", "run_study"]
 

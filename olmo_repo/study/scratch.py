@@ -13,7 +13,7 @@ from typing import Any
 
 from ..demo.folder import DemoFolder, digest
 from ..tables import markdown_table
-from .retrieval import ARMS, TinyModel, accuracy, train
+from .task import ARMS, TinyModel
 
 __all__ = ["TESTS", "run_scratch", "scratch_section"]
 
@@ -33,7 +33,7 @@ def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any
     import torch
 
     from ..rope import record_positions, spread
-    from .retrieval import build
+    from .retrieval import accuracy, build, train
 
     torch.set_num_threads(1)
     model, facts = train(arm, shape, seed)
