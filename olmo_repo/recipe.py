@@ -67,6 +67,7 @@ LOSS = "train/CE loss"
 PE_START_LAYER = 9  # the config's: ceil(30 / 3) - 1
 WINDOW = 256  # tokens per training window (the config's sequence length), and per held-out window
 WINDOWS = 4  # per step
+TAIL = 10  # the training table's loss is the mean of the last TAIL steps' (one batch's is noisy)
 MIXER = "--model.block.sequence_mixer."  # the attention's keys (pe_*) in an override
 
 
@@ -378,9 +379,28 @@ class _Run:
                 continue
             curve, record = curves[arm.label], self.folder.record(f"train-{arm.name}") or {}
             steps = sorted(curve)
-            rows.append([arm.label, steps[-1], f"{curve[steps[0]]:.3f}", f"{curve[steps[-1]]:.3f}",
-                         f"{record.get('wall_s', 0):.0f}"])  # fmt: skip
-        text += markdown_table(["run", "steps", "loss, step 1", "loss, last step", "wall s"], rows) + "\n\n"
+            tail = [curve[s] for s in steps[-TAIL:]]
+            std, corr = self._last_positions(arm)
+            rows.append([arm.label, steps[-1], f"{curve[steps[0]]:.3f}", f"{sum(tail) / len(tail):.3f}", std,
+                         corr, f"{record.get('wall_s', 0):.0f}"])  # fmt: skip
+        text += (
+            f"Training loss on the batches (the same for every arm) at step 1 and over the last {TAIL} steps; the "
+            "RePo layers' positions on the last step's batch as the trainer logged them (the mean over the layers "
+            "of each layer's spread and of its rank correlation with the token index).\n\n"
+            + markdown_table(
+                [
+                    "run",
+                    "steps",
+                    "loss, step 1",
+                    f"loss, last {TAIL} steps",
+                    "positions std",
+                    "rank corr",
+                    "wall s",
+                ],
+                rows,
+            )  # fmt: skip
+            + "\n\n"
+        )
         figure = self._loss_figure(curves, losses)
         text += f"![loss curves]({figure.relative_to(self.folder.path)})\n"
         return text + (self._positions(json.loads(held["positions"])) if held else "")
@@ -477,6 +497,21 @@ class _Run:
                 f"{arm.label}, step 0": path / f"hf-{mode}-step0" for mode, arm in self._step0_arms().items()
             }
         return models | {f"{arm.label}, step {steps}": path / f"hf-{arm.name}" for arm in self.recipe.arms}
+
+    def _last_positions(self, arm: Arm) -> tuple[str, str]:
+        """The mean over layers of the in-loop positions' std and rank correlation at the arm's last step."""
+        if arm.mode != "repo":
+            return "", ""
+        records = read_metrics(self.folder.path / f"run-{arm.name}" / METRICS_FILE)
+        last = next((r for r in reversed(records) if any(k.endswith("/rank_corr") for k in r)), {})
+        stats = {stat: [v for k, v in last.items() if k.startswith("train/positions/layer") and k.endswith(f"/{stat}")]
+                 for stat in ("std", "rank_corr")}  # fmt: skip
+        if not stats["std"]:
+            return "", ""
+        return (
+            f"{sum(stats['std']) / len(stats['std']):.3g}",
+            f"{sum(stats['rank_corr']) / len(stats['rank_corr']):+.2f}",
+        )
 
     def _curve(self, name: str) -> dict[int, float]:
         records = read_metrics(self.folder.path / f"run-{name}" / METRICS_FILE)

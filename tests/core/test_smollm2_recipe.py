@@ -92,6 +92,10 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
                     "## What this shows, and what it does not", "rank corr"):  # fmt: skip
         assert heading in report, heading
     assert f"| stock | {losses['stock']:.4f} |" in report and "`f_phi.lr_multiplier=240`" in report
+    (last,) = [r for r in records["repo-learn"] if "train/CE loss" in r]  # the training table: logged values
+    std = [v for k, v in last.items() if k.startswith("train/positions/layer") and k.endswith("/std")]
+    loss = last["train/CE loss"]
+    assert f"| RePo, learning | 1 | {loss:.3f} | {loss:.3f} | {sum(std) / len(std):.3g} |" in report
     assert (out / "figures" / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
 
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
