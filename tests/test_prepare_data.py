@@ -341,11 +341,38 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
     assert dataset[0]["input_ids"].tolist() == first.tolist()
     assert _check_tokenizer(cfg) == []
 
-    other = tmp_path / "other.json"  # the demo's tokenizer with two tokens' ids swapped
+    other = _swapped_tokenizer(tmp_path / "other.json")
+    problems = _check_tokenizer(RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"]))
+    assert len(problems) == 1 and f"{one} was made with another tokenizer" in problems[0]
+
+
+def _swapped_tokenizer(path: Path) -> Path:
+    """The demo's tokenizer with two tokens' ids swapped: the same size, another tokenizer."""
     data = json.loads((BASE_DIR / "tokenizer.json").read_text())
     vocab = data["model"]["vocab"]
     (a, i), (b, j) = list(vocab.items())[100:102]
     vocab[a], vocab[b] = j, i
-    other.write_text(json.dumps(data))
-    problems = _check_tokenizer(RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"]))
-    assert len(problems) == 1 and f"{one} was made with another tokenizer" in problems[0]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_ai2_olmo_checks_the_tokenizer_tokenize_text_wrote_beside_its_data(tmp_path):
+    """A train.npy of scripts/tokenize_text.py, with the tokenizer.json it was made with beside: the preflight
+    compares that one with the config's, as OLMo-core's does, whatever tokenizer the config names."""
+    import numpy as np
+
+    from olmo_repo import RepoTrainConfig
+    from olmo_repo.ai2olmo.preflight import _check_tokenizer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    np.arange(2048, dtype=np.uint32).tofile(data / "train.npy")
+    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    overrides = [f"data.paths=[{data / 'train.npy'}]", "data.memmap_dtype=uint32"]
+    shutil.copy(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
+    assert _check_tokenizer(RepoTrainConfig.load(config, overrides)) == []
+    _swapped_tokenizer(data / "tokenizer.json")
+    (problem,) = _check_tokenizer(RepoTrainConfig.load(config, overrides))
+    assert problem.startswith(
+        f"data.paths: {data / 'train.npy'} was made with {data / 'tokenizer.json'}, another"
+    )

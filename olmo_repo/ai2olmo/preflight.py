@@ -141,8 +141,10 @@ def preflight(cfg: TrainConfig, *, cuda: bool, world_size: int, local_world_size
 
 
 def _check_tokenizer(cfg: TrainConfig) -> list[str]:
-    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise), and every
-    data folder of `scripts/prepare_data.py` that `data.paths` reads was made with it and the model's end id."""
+    """A local tokenizer file reads as one (OLMo reads it in every rank, with a traceback otherwise), every
+    data folder of `scripts/prepare_data.py` that `data.paths` reads was made with it and the model's end id,
+    and every file of `scripts/tokenize_text.py` (the tokenizer.json beside it) with it too, as OLMo-core's
+    side checks them."""
     path = Path(cfg.tokenizer.identifier)
     if not path.is_file():  # a Hugging Face Hub name, which OLMo fetches
         return []
@@ -153,6 +155,15 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
     except Exception as e:  # tokenizers raises a bare Exception for a file that is not one
         return [f"tokenizer.identifier={path} is not a tokenizer file ({e}): pass a tokenizer.json"]
     problems = []
+    for data_path in (
+        cfg.data.paths or []
+    ):  # scripts/tokenize_text.py writes the tokenizer.json it used beside
+        made = Path(data_path).parent / "tokenizer.json"
+        if datafolder.folder_of(data_path) is None and made.is_file():
+            if difference := vocabulary_difference(made, path):
+                problems.append(f"data.paths: {data_path} was made with {made}, another tokenizer than "
+                                f"tokenizer.identifier={path} ({difference}): tokenize it with the model's "
+                                "tokenizer")  # fmt: skip
     for folder in dict.fromkeys(f for p in cfg.data.paths or [] if (f := datafolder.folder_of(p))):
         data = datafolder.manifest(folder)
         fix = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
