@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -540,8 +541,7 @@ class _Run:
         print(f"\n== {stage}: {command}.py {' '.join(args)}", flush=True)
         with open(log, "a") as out:
             done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env())
-        if done.returncode != 0:
-            raise RepoError(f"{stage} failed (exit {done.returncode}); see {log}")
+        _check_exit(done.returncode, stage, log)
 
     def _train(self, arm: Arm, args: list[str], save: Path) -> None:
         from tqdm import tqdm
@@ -555,18 +555,33 @@ class _Run:
             subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env()) as proc,
             tqdm(total=self.recipe.steps, desc=label, unit="step") as bar,
         ):
-            while proc.poll() is None:
-                time.sleep(2)
-                curve = (
-                    {r["step"]: r[LOSS] for r in read_metrics(metrics) if LOSS in r}
-                    if metrics.is_file()
-                    else {}
-                )
-                if curve and max(curve) != bar.n:  # a line per logged step, not per poll
-                    bar.n = max(curve)
-                    bar.set_postfix(loss=f"{curve[max(curve)]:.3f}")
-        if proc.returncode != 0:
-            raise RepoError(f"the {label} run failed (exit {proc.returncode}); see {log}")
+            try:
+                while proc.poll() is None:
+                    time.sleep(2)
+                    curve = (
+                        {r["step"]: r[LOSS] for r in read_metrics(metrics) if LOSS in r}
+                        if metrics.is_file()
+                        else {}
+                    )
+                    if curve and max(curve) != bar.n:  # a line per logged step, not per poll
+                        bar.n = max(curve)
+                        bar.set_postfix(loss=f"{curve[max(curve)]:.3f}")
+            except (
+                KeyboardInterrupt
+            ):  # a SIGINT to this process alone (a terminal's Ctrl-C reaches the run too)
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+                raise
+        _check_exit(proc.returncode, f"the {label} run", log)
+
+
+def _check_exit(code: int, what: str, log: Path) -> None:
+    """A command of a stage ended: interrupted (a Ctrl-C reaches the whole process group) is the recipe's
+    interruption, any other failure a `RepoError` naming its log."""
+    if code in (130, -signal.SIGINT):
+        raise KeyboardInterrupt
+    if code != 0:
+        raise RepoError(f"{what} failed (exit {code}); see {log}")
 
 
 def heldout_loss(

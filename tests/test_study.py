@@ -83,3 +83,19 @@ def test_accuracy_counts_the_model_s_greedy_answers():
 
     task = Task()
     assert accuracy(Oracle(), task, 10, seed=3) == (80, 80)
+
+
+def test_a_stage_command_ended_by_ctrl_c_interrupts_the_recipe_and_a_failure_names_its_log(tmp_path):
+    """A terminal's Ctrl-C reaches the stage's command too: its exit by SIGINT (130, or the signal itself) is the
+    recipe's (and the study's) interruption, exit 130 and "interrupted", not a failed stage."""
+    import signal
+
+    from olmo_repo.errors import RepoError
+    from olmo_repo.recipe import _check_exit
+
+    for code in (130, -signal.SIGINT):
+        with pytest.raises(KeyboardInterrupt):
+            _check_exit(code, "the RoPE run", tmp_path / "run-rope.log")
+    with pytest.raises(RepoError, match=rf"^the RoPE run failed \(exit 1\); see {tmp_path}/run-rope.log$"):
+        _check_exit(1, "the RoPE run", tmp_path / "run-rope.log")
+    _check_exit(0, "the RoPE run", tmp_path / "run-rope.log")
