@@ -61,9 +61,12 @@ def test_attention_section(models, tmp_path):
 def test_positions_section(models, tmp_path):
     model, tokenizer = models["RePo"]
     texts = [_prompt("lucky-dove", "7043913", 3).prompt, _prompt("red-fox", "1234567", 4).prompt]
-    section = positions_section("RePo", model, tokenizer, texts, [16, 32, 64], tmp_path / "report")
+    # a model's name is the report's, a figure's file a name a Markdown link takes as it is (no space or comma)
+    section = positions_section("RePo, learning", model, tokenizer, texts, [16, 32, 64], tmp_path / "report")
     names = [f.name for f in section.figures]
-    assert names == ["patterns-RePo.png", "spans-RePo.png", "spans-by-length-RePo.png", "positions-RePo.png"]
+    assert names == [
+        f"{kind}-RePo-learning.png" for kind in ("patterns", "spans", "spans-by-length", "positions")
+    ]
     for figure in section.figures:
         assert figure.parent == tmp_path / "report" and f"({figure.name})" in section.markdown
     patterns, spans, by_length, positions = (rgb(f) for f in section.figures)

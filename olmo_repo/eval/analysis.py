@@ -12,6 +12,7 @@ links are relative to `links_from` (default: `out_dir`), the report's folder.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,18 +112,21 @@ def positions_section(
     first, tokens = text_positions(model, tokenizer, texts[0], max_tokens=min(longest, 96))
     layer = max(first)  # the last RePo layer, head 0
     head = heads_of_positions(model.config)
+    file = re.sub(r"[^\w.-]+", "-", name).strip(
+        "-"
+    )  # "RePo, learning" -> RePo-learning: a link needs no quoting
     figures = [
         plots.plot_pattern_shares(
-            patterns, out_dir / f"patterns-{name}.png", title=f"{name}: position patterns"
+            patterns, out_dir / f"patterns-{file}.png", title=f"{name}: position patterns"
         ),
         plots.plot_span_heatmap(
-            spans[longest], out_dir / f"spans-{name}.png", title=f"{name}: spans at {longest} tokens"
+            spans[longest], out_dir / f"spans-{file}.png", title=f"{name}: spans at {longest} tokens"
         ),
-        plots.plot_spans_by_length(spans, out_dir / f"spans-by-length-{name}.png", title=f"{name}: spans"),
+        plots.plot_spans_by_length(spans, out_dir / f"spans-by-length-{file}.png", title=f"{name}: spans"),
         plots.plot_positions(
             first[layer][0],
             tokens,
-            out_dir / f"positions-{name}.png",
+            out_dir / f"positions-{file}.png",
             title=f"{name}: layer {layer}, {head.split(' (')[0]} 0",
         ),
     ]
