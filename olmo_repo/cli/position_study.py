@@ -25,7 +25,7 @@ command to continue):
    and order per layer, NIAH before and after with Wilson intervals;
 2. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
    distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
-   models at a time, one core each; olmo_repo.study.retrieval).
+   models at a time, one core each; olmo_repo.study.task and .retrieval).
 
 OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at. About three hours of
 a quiet 2-core machine. Run it in the OLMo-core environment (make install-core), from a checkout:
