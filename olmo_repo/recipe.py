@@ -353,7 +353,7 @@ class _Run:
         )
 
     def _training(self) -> str | None:
-        held = self.folder.record("heldout")
+        held = self.folder.record("heldout") if self._done("heldout") else None  # not one under way
         curves = {
             arm.label: self._curve(arm.name) for arm in self.recipe.arms if self._done(f"train-{arm.name}")
         }
@@ -384,22 +384,20 @@ class _Run:
             std, corr = self._last_positions(arm)
             rows.append([arm.label, steps[-1], f"{curve[steps[0]]:.3f}", f"{sum(tail) / len(tail):.3f}", std,
                          corr, f"{record.get('wall_s', 0):.0f}"])  # fmt: skip
+        header = [
+            "run",
+            "steps",
+            "loss, step 1",
+            f"loss, last {TAIL} steps",
+            "positions std",
+            "rank corr",
+            "wall s",
+        ]
         text += (
             f"Training loss on the batches (the same for every arm) at step 1 and over the last {TAIL} steps; the "
             "RePo layers' positions on the last step's batch as the trainer logged them (the mean over the layers "
             "of each layer's spread and of its rank correlation with the token index).\n\n"
-            + markdown_table(
-                [
-                    "run",
-                    "steps",
-                    "loss, step 1",
-                    f"loss, last {TAIL} steps",
-                    "positions std",
-                    "rank corr",
-                    "wall s",
-                ],
-                rows,
-            )  # fmt: skip
+            + markdown_table(header, rows)
             + "\n\n"
         )
         figure = self._loss_figure(curves, losses)
@@ -566,9 +564,8 @@ class _Run:
                     if curve and max(curve) != bar.n:  # a line per logged step, not per poll
                         bar.n = max(curve)
                         bar.set_postfix(loss=f"{curve[max(curve)]:.3f}")
-            except (
-                KeyboardInterrupt
-            ):  # a SIGINT to this process alone (a terminal's Ctrl-C reaches the run too)
+            except KeyboardInterrupt:
+                # a SIGINT to this process alone: pass it on (a terminal's Ctrl-C reaches the run itself too)
                 proc.send_signal(signal.SIGINT)
                 proc.wait()
                 raise

@@ -99,3 +99,25 @@ def test_a_stage_command_ended_by_ctrl_c_interrupts_the_recipe_and_a_failure_nam
     with pytest.raises(RepoError, match=rf"^the RoPE run failed \(exit 1\); see {tmp_path}/run-rope.log$"):
         _check_exit(1, "the RoPE run", tmp_path / "run-rope.log")
     _check_exit(0, "the RoPE run", tmp_path / "run-rope.log")
+
+
+def test_the_recipe_report_reads_a_held_out_stage_only_once_it_finished(tmp_path):
+    """A held-out stage that started and was stopped records no losses: the report of a rerun's first stages
+    leaves it out instead of failing; the training table gives the last steps' mean and the logged positions."""
+    from olmo_repo.metrics import METRICS_FILE, append_metrics
+    from olmo_repo.recipe import PAPER, Recipe, _Run
+
+    folder = DemoFolder(tmp_path / "recipe", "recipe", "its runs")
+    folder.stage("train-repo", "x", ["run-repo"])
+    folder.entry("run-repo").mkdir()
+    positions = {
+        f"train/positions/layer{i}/{s}": v for i in (9, 10) for s, v in (("std", i), ("rank_corr", 0.5))
+    }
+    for step in range(1, 13):
+        append_metrics(
+            folder.path / "run-repo" / METRICS_FILE, step, {"train/CE loss": float(step), **positions}
+        )
+    folder.finish("train-repo")
+    folder.stage("heldout", "y", [])  # under way (or stopped): not finished
+    table = _Run(folder, Recipe(arms=(PAPER,)))._training()
+    assert "| RePo | 12 | 1.000 | 7.500 | 9.5 | +0.50 |" in table and "Held-out loss" not in table
