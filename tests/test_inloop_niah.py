@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,10 @@ def _entries(*labels: str, **keys: object) -> str:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("inloop") / "data")
+    """Random ids with the tokenizer the config names beside them (the preflight compares the two)."""
+    folder = write_corpus(tmp_path_factory.mktemp("inloop") / "data")
+    shutil.copy(TOKENIZER, folder / "tokenizer.json")
+    return folder
 
 
 # ------------------------------------------------------------------------------------- metrics, by hand

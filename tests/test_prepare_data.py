@@ -368,7 +368,11 @@ def test_ai2_olmo_checks_the_tokenizer_tokenize_text_wrote_beside_its_data(tmp_p
     data.mkdir()
     np.arange(2048, dtype=np.uint32).tofile(data / "train.npy")
     config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
-    overrides = [f"data.paths=[{data / 'train.npy'}]", "data.memmap_dtype=uint32"]
+    overrides = [
+        f"data.paths=[{data / 'train.npy'}]",
+        "data.memmap_dtype=uint32",
+        f"tokenizer.identifier={BASE_DIR / 'tokenizer.json'}",  # not the config's runs/demo/data: a fresh clone has none
+    ]
     shutil.copy(BASE_DIR / "tokenizer.json", data / "tokenizer.json")
     assert _check_tokenizer(RepoTrainConfig.load(config, overrides)) == []
     _swapped_tokenizer(data / "tokenizer.json")
