@@ -8,6 +8,7 @@
   overwrite is refused with one line naming those files. Recognising outputs by name (rather than by a
   marker) also accepts what earlier versions wrote.
 - `check_distinct`: an output is not its own input.
+- `file_stem`: a display name as a file name that links need not quote.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import errno
 import fnmatch
 import glob
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ __all__ = [
     "check_distinct",
     "check_replaceable",
     "check_replaceable_file",
+    "file_stem",
     "foreign_entries",
     "remove_partials",
     "staged_dir",
@@ -137,6 +140,12 @@ def check_replaceable_file(output: str | PathLike, force: bool, signature: bytes
             f"{output} is not a {kind} this project wrote; --force would lose it: move it away or choose "
             "another file name"
         )
+
+
+def file_stem(name: str) -> str:
+    """`name` with every run of characters other than letters, digits, `.`, `_` and `-` as one `-`: "RePo,
+    learning" -> "RePo-learning" (a Markdown link to a file with a space or a comma does not render)."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-")
 
 
 def write_file(path: str | PathLike, data: bytes | str) -> Path:

@@ -296,7 +296,7 @@ class _Run:
         from .upstream import lm_eval
 
         inputs = self.recipe.digest("heldout_topics", "steps", "procs", "lengths", "variants", "samples")
-        state = self._stage("evaluation", inputs, ["figures", "evaluation.json"])
+        state = self._stage("evaluation", inputs, ["figures", "evaluation.json", "niah-scores"])
         if state == "done":
             return
         lm_eval.quiet()
@@ -311,7 +311,7 @@ class _Run:
         tokens = self.recipe.steps * WINDOWS * WINDOW
         for section in report_sections(
             models, figures, variants=self.recipe.variants, samples=self.recipe.samples, tokens=tokens,
-            lengths=self.recipe.lengths, done=len(sections),
+            lengths=self.recipe.lengths, done=len(sections), kept=self.folder.entry("niah-scores"),
         ):  # fmt: skip
             sections.append(section)
             self.folder.write_text("evaluation.json", json.dumps(sections, indent=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -191,3 +192,23 @@ def test_the_replacement_section_scores_each_source_on_the_same_prompts(models, 
         masses["index"] != masses["learned"] and masses["constant"] != masses["learned"]
     )  # the replacement acts
     assert not (tmp_path / "figures").exists()  # tables only
+
+
+@pytest.mark.slow
+def test_each_model_s_niah_scores_are_kept_as_they_finish_and_read_back_by_a_rerun(models, tmp_path):
+    """`report_sections(kept=...)`: an evaluation killed after some models keeps their scores; the rerun reads
+    them (here one altered by hand, which the rerun's table shows) and scores only the others."""
+    kept = tmp_path / "kept"
+    options = dict(variants=["niah_single_1"], samples=1, lengths=[LENGTH], kept=kept)
+    first = next(report_sections(models, tmp_path / "figures", **options))
+    assert sorted(p.name for p in kept.iterdir()) == ["niah-RePo-learned.json", "niah-RoPE-learned.json"]
+    altered = kept / "niah-RePo-learned.json"
+    altered.write_text(json.dumps({"niah_single_1": {str(LENGTH): 0.123}}))
+    (kept / "niah-RoPE-learned.json").unlink()  # as if killed before RoPE finished
+    again = next(report_sections(models, tmp_path / "figures", **options))
+    assert re.search(r"^\| RePo \| 12\.3\b", again, re.M), again
+    assert (
+        re.search(r"^\| RoPE \| ([\d.]+)", again, re.M)[1]
+        == re.search(r"^\| RoPE \| ([\d.]+)", first, re.M)[1]
+    )
+    assert (kept / "niah-RoPE-learned.json").is_file()

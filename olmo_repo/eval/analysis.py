@@ -12,7 +12,6 @@ links are relative to `links_from` (default: `out_dir`), the report's folder.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..integrity import ModelOpener, hf_dir_as_is
 from ..modes import PositionSource
+from ..output import file_stem
 from . import plots
 from .attention import Span, attention_mass, attention_mass_table, mean_attention_mass
 from .positions import (
@@ -112,9 +112,7 @@ def positions_section(
     first, tokens = text_positions(model, tokenizer, texts[0], max_tokens=min(longest, 96))
     layer = max(first)  # the last RePo layer, head 0
     head = heads_of_positions(model.config)
-    file = re.sub(r"[^\w.-]+", "-", name).strip(
-        "-"
-    )  # "RePo, learning" -> RePo-learning: a link needs no quoting
+    file = file_stem(name)
     figures = [
         plots.plot_pattern_shares(
             patterns, out_dir / f"patterns-{file}.png", title=f"{name}: position patterns"

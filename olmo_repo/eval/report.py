@@ -23,6 +23,7 @@ sections before it, never a half-written file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache, partial
 from pathlib import Path
@@ -226,6 +227,7 @@ def report_sections(
     lengths: Sequence[int] | None = None,
     replaced: bool = False,
     done: int = 0,
+    kept: Path | None = None,
 ) -> Iterator[str]:
     """Evaluate `models` ({name: HF directory of any family}, the same training length) and yield each Markdown section of
     the report as it is ready, its PNG figures written to `figures` and linked relative to `figures.parent`.
@@ -234,7 +236,9 @@ def report_sections(
     2x and 4x); the attention and position analyses run at the first. `replaced`: a section per RePo model on how
     much its learned positions matter (NIAH and attention mass with them replaced by the token index and by one
     constant position). `done`: how many sections the caller holds already from an interrupted evaluation with the
-    same inputs (with their figures); those are neither computed nor yielded."""
+    same inputs (with their figures); those are neither computed nor yielded. `kept`: a folder where each model's NIAH
+    scores are written as they finish and read back on a rerun, so that an interrupted evaluation loses at most
+    the model under way (the caller empties it when the inputs change)."""
     configs = {name: read_config(d) for name, d in models.items()}
     trained = {training_length(c) for c in configs.values()}
     if len(trained) != 1:
@@ -254,7 +258,13 @@ def report_sections(
 
     @cache
     def scored(name: str, positions: PositionSource) -> dict[str, dict[int, float]]:
-        return niah_scores({name: models[name]}, lengths, variants, samples, seed, positions)[name]
+        file = kept / f"niah-{output.file_stem(name)}-{positions}.json" if kept else None
+        if file is not None and file.is_file():  # JSON keys are strings: the lengths back to ints
+            return {v: {int(n): x for n, x in by.items()} for v, by in json.loads(file.read_text()).items()}
+        result = niah_scores({name: models[name]}, lengths, variants, samples, seed, positions)[name]
+        if file is not None:
+            output.write_file(file, json.dumps(result))
+        return result
 
     @cache
     def prompts() -> list[NeedlePrompt]:
