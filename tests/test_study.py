@@ -5,24 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
 
 from olmo_repo.demo.folder import DemoFolder
 from olmo_repo.study.retrieval import accuracy, build
+from olmo_repo.study.run import Study, run_study
 from olmo_repo.study.scratch import TESTS, run_scratch, scratch_section
-from olmo_repo.study.task import BOS, QUERY, Task, TinyModel
+from olmo_repo.study.task import BOS, GRAMMAR_SEED, QUERY, Task, TinyModel
 
 
 @pytest.mark.parametrize("factor", [1, 4])
-def test_every_scored_token_is_the_value_its_key_had_earlier_among_noise(factor):
+def test_every_answer_is_the_value_its_key_had_earlier_among_noise_that_has_a_grammar(factor):
     task = Task().scaled(factor)
-    ids, targets = task.batch(torch.Generator().manual_seed(0), 16)
-    assert ids.shape == targets.shape == (16, task.length) and (ids[:, 0] == BOS).all()
+    ids, targets, answers = task.batch(torch.Generator().manual_seed(0), 16)
+    assert ids.shape == targets.shape == answers.shape == (16, task.length) and (ids[:, 0] == BOS).all()
     k0, v0, n0 = 8, 8 + task.keys, 8 + task.keys + task.values
-    for row, target in zip(ids.tolist(), targets.tolist()):
-        scored = [t for t, y in enumerate(target) if y != -100]
+    follows = torch.randint(
+        n0, n0 + task.noise, (task.vocab,), generator=torch.Generator().manual_seed(GRAMMAR_SEED)
+    )
+    ruled = grammatical = 0
+    for row, target, answer in zip(ids.tolist(), targets.tolist(), answers.tolist()):
+        scored = [t for t, a in enumerate(answer) if a]
         assert len(scored) == task.queries
         context = row[: 1 + task.length - 1 - 3 * task.queries]
         pairs = {context[t]: context[t + 1] for t in range(1, len(context) - 1) if k0 <= context[t] < v0}
@@ -30,6 +36,17 @@ def test_every_scored_token_is_the_value_its_key_had_earlier_among_noise(factor)
         assert sum(n0 <= x for x in context) == len(context) - 1 - 2 * task.pairs  # the rest is noise
         for t in scored:
             assert row[t - 1] == QUERY and target[t] == pairs[row[t]] == row[t + 1]
+        # trained on the answers and on every noise token from the third (the grammar's domain)
+        text = [1 <= t < len(row) - 1 and row[t + 1] >= n0 for t in range(len(row))]
+        assert target == [row[t + 1] if t in scored or text[t] else -100 for t in range(len(row))]
+        domain = [
+            t for t in range(2, len(context)) if context[t] >= n0
+        ]  # after a pair too: what its key calls for
+        ruled += len(domain)
+        grammatical += sum(context[t] == follows[context[t - 2]] for t in domain)
+    # the grammar holds with probability rule (+ 1 / noise by chance); 6 binomial sd either side
+    expected = task.rule + (1 - task.rule) / task.noise
+    assert abs(grammatical / ruled - expected) < 6 * (expected * (1 - expected) / ruled) ** 0.5
 
 
 def test_a_task_too_short_for_its_pairs_is_refused():
@@ -81,8 +98,16 @@ def test_accuracy_counts_the_model_s_greedy_answers():
                         logits[r, t, row[row.index(row[t]) + 1]] = 1.0
             return type("Out", (), {"logits": logits})
 
+    class Text(torch.nn.Module):  # every next token right but the answers: those are not what it scores
+        def forward(self, ids):
+            logits = torch.zeros(*ids.shape, 200)
+            logits[:, :-1].scatter_(-1, ids[:, 1:, None], 1.0)
+            logits[:, 1:][ids[:, :-1] == QUERY] = 0.0
+            return type("Out", (), {"logits": logits})
+
     task = Task()
     assert accuracy(Oracle(), task, 10, seed=3) == (80, 80)
+    assert accuracy(Text(), task, 10, seed=3) == (0, 80)
 
 
 def test_a_stage_command_ended_by_ctrl_c_interrupts_the_recipe_and_a_failure_names_its_log(tmp_path):
@@ -121,3 +146,17 @@ def test_the_recipe_report_reads_a_held_out_stage_only_once_it_finished(tmp_path
     folder.stage("heldout", "y", [])  # under way (or stopped): not finished
     table = _Run(folder, Recipe(arms=(PAPER,)))._training()
     assert "| RePo | 12 | 1.000 | 7.500 | 9.5 | +0.50 |" in table and "Held-out loss" not in table
+
+
+def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_conditions(tmp_path):
+    """`position_study.py --only scratch`: minutes, not the SmolLM2 part's hours; the report shows the part with
+    the commit and load it ran at, and the other part as still to come."""
+    shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
+    report = run_study(tmp_path / "study", Study(seeds=(0,), scratch=shape), parts=("scratch",))
+    text = report.read_text()
+    assert not (tmp_path / "study" / "smollm2").exists()
+    assert "## SmolLM2-135M continued: the arms\n\n(to come)" in text and "| RePo |" in text
+    assert re.search(
+        r"^- scratch: [\d-]+ [\d:]+ to [\d-]+ [\d:]+ \(\d+ min this time\), commit \w+", text, re.M
+    )
+    assert run_study(tmp_path / "study", Study(seeds=(0,), scratch=shape), parts=()).read_text() == text

@@ -37,7 +37,7 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line), 2 bad arguments, 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..study.run import Study  # light: dataclasses
+    from ..study.run import PARTS, Study  # light: dataclasses
 
     default = Study()
     parser = argparse.ArgumentParser(
@@ -82,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"training steps of each from-scratch model (default: {default.scratch.steps})",
     )
     parser.add_argument(
+        "--only",
+        choices=PARTS,
+        help="run this part alone (the other keeps what it has; the report shows both as far as they got): "
+        "the from-scratch part takes minutes, the SmolLM2 part hours (default: both, SmolLM2 first)",
+    )
+    parser.add_argument(
         "--model",
         metavar="DIR",
         help="an existing SmolLM2 directory written by scripts/smollm2.py (default: one is written in OUT_DIR)",
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         import dataclasses
 
         from ..recipe import check_checkout
-        from ..study.run import Study, run_study
+        from ..study.run import PARTS, Study, run_study
 
         check_checkout("position_study")  # its second part is the SmolLM2 recipe: before hours of its first
         require_extras("olmo-core", "eval")
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RepoError(
                 f"--model {args.model} does not exist: pass a directory written by scripts/smollm2.py"
             )
-        run_study(args.out_dir, options)
+        run_study(args.out_dir, options, (args.only,) if args.only else PARTS)
 
     return run(PROG, study, lambda: (RepoError, ValueError, FileNotFoundError))
 

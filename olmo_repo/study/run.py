@@ -20,10 +20,10 @@ from pathlib import Path
 
 from ..demo.folder import DemoFolder
 from ..recipe import STUDY_ARMS, Recipe, run_recipe
-from .scratch import run_scratch, scratch_section
+from .scratch import run_scratch, scratch_results, scratch_section
 from .task import TinyModel
 
-__all__ = ["Study", "run_study"]
+__all__ = ["PARTS", "Study", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,22 @@ class Study:
                       STUDY_ARMS)  # fmt: skip
 
 
-def run_study(out: Path, study: Study = Study()) -> Path:
-    """Run (or resume) the study into `out`; returns its report.md."""
+PARTS = ("smollm2", "scratch")
+
+
+def run_study(out: Path, study: Study = Study(), parts: tuple[str, ...] = PARTS) -> Path:
+    """Run (or resume) the study's `parts` into `out`; returns its report.md (which shows every part done so
+    far, and "(to come)" for the others)."""
     folder = DemoFolder(out, "study", "its tiny models, SmolLM2 runs and report")
     conditions = _Conditions(folder)
-    with conditions.part("smollm2", folder.entry("smollm2")):
-        run_recipe(folder.path / "smollm2", study.recipe())
-    _report(folder, study, {}, conditions)
-    with conditions.part("scratch", folder.path):
-        results = run_scratch(folder, study.scratch, study.seeds)
-    report = _report(folder, study, results, conditions)
+    if "smollm2" in parts:
+        with conditions.part("smollm2", folder.entry("smollm2")):
+            run_recipe(folder.path / "smollm2", study.recipe())
+        _report(folder, study, conditions)
+    if "scratch" in parts:
+        with conditions.part("scratch", folder.path):
+            run_scratch(folder, study.scratch, study.seeds)
+    report = _report(folder, study, conditions)
     print(f"\nstudy report: {report}")
     return report
 
@@ -120,14 +126,15 @@ def _commit() -> str:
     return (done.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
-def _report(folder: DemoFolder, study: Study, results: dict, conditions: _Conditions) -> Path:
+def _report(folder: DemoFolder, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
+    results = scratch_results(folder, study.scratch, study.seeds)
     parts = [
         "# Learning positions on one machine: the study\n",
         "Options: " + json.dumps({k: v for k, v in asdict(study).items() if k != "scratch"}) + "\n",
         "## Where and when\n\n" + conditions.text() + "\n",
         "## SmolLM2-135M continued: the arms\n\n"
-        + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(running...)\n"),
+        + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(to come)\n"),
         scratch_section(results, study.scratch, study.seeds) if results else "## From scratch\n\n(to come)\n",
     ]
     folder.write_text("report.md", "\n".join(parts))

@@ -15,7 +15,7 @@ from ..demo.folder import DemoFolder, digest
 from ..tables import markdown_table
 from .task import ARMS, TinyModel
 
-__all__ = ["TESTS", "run_scratch", "scratch_section"]
+__all__ = ["TESTS", "run_scratch", "scratch_results", "scratch_section"]
 
 TESTS = {  # name -> (length factor, YaRN factor)
     "1x": (1, 1),
@@ -45,7 +45,7 @@ def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any
             scaled.load_state_dict(model.state_dict())
         result[test] = accuracy(scaled, task, sequences, TEST_SEED)
     if arm == "RePo":  # what its positions look like on test sequences at the training length
-        ids, _ = shape.task.batch(torch.Generator().manual_seed(TEST_SEED), 50)
+        ids, _, _ = shape.task.batch(torch.Generator().manual_seed(TEST_SEED), 50)
         with torch.no_grad(), record_positions(model) as positions:
             model(ids)
         result["positions"] = {str(layer): spread(z) for layer, z in sorted(positions.items())}
@@ -61,7 +61,7 @@ def run_scratch(
 ) -> dict[str, Any]:
     """Each (arm, seed) as a stage `scratch-{arm}-{seed}` of `folder` (done ones kept), `workers` at a time, each
     tested on `sequences` sequences; returns {"{arm}-{seed}": result}."""
-    inputs = digest(json.dumps(asdict(shape)), json.dumps(TESTS), str(sequences), str(TEST_SEED))
+    inputs = _inputs(shape, sequences)
     jobs = [(arm, seed) for seed in seeds for arm in ARMS]
     todo = [(arm, seed) for arm, seed in jobs if folder.stage(f"scratch-{arm}-{seed}", inputs, []) != "done"]
     if todo:
@@ -81,9 +81,27 @@ def run_scratch(
                 print(
                     f"   {arm}, seed {seed}: {result['wall_s'] / 60:.1f} min, accuracy {scores}", flush=True
                 )
-    return {
-        f"{arm}-{seed}": json.loads(folder.record(f"scratch-{arm}-{seed}")["result"]) for arm, seed in jobs
-    }
+    results = scratch_results(folder, shape, seeds, sequences)
+    assert results is not None  # every stage finished above
+    return results
+
+
+def scratch_results(
+    folder: DemoFolder, shape: TinyModel, seeds: Sequence[int], sequences: int = TEST_SEQUENCES
+) -> dict[str, Any] | None:
+    """What `run_scratch` returns, read from the folder's records alone: None unless every (arm, seed) finished
+    with these inputs."""
+    inputs, results = _inputs(shape, sequences), {}
+    for arm, seed in [(arm, seed) for seed in seeds for arm in ARMS]:
+        record = folder.record(f"scratch-{arm}-{seed}")
+        if record is None or record["inputs"] != inputs or not record["done"]:
+            return None
+        results[f"{arm}-{seed}"] = json.loads(record["result"])
+    return results
+
+
+def _inputs(shape: TinyModel, sequences: int) -> str:
+    return digest(json.dumps(asdict(shape)), json.dumps(TESTS), str(sequences), str(TEST_SEED))
 
 
 def scratch_section(
@@ -107,7 +125,12 @@ def scratch_section(
         rows.append([arm, *cells, f"{loss:.3f}", f"{minutes:.1f}"])
     t = shape.task
     table = markdown_table(
-        ["model", *(f"accuracy % at {name}" for name in TESTS), "final train loss", "min (slowest seed)"],
+        [
+            "model",
+            *(f"accuracy % at {name}" for name in TESTS),
+            "answers' train loss, last 100 steps",
+            "min (slowest seed)",
+        ],
         rows,
     )
     positions = []
@@ -119,10 +142,13 @@ def scratch_section(
         "## From scratch: recall among distractors at 1x and 4x the training length\n\n"
         f"{shape.layers}-layer models (d={shape.hidden}, {shape.heads} heads), trained from scratch for "
         f"{shape.steps} steps of {shape.batch} sequences of {t.length} tokens, each holding {t.pairs} key-value "
-        f"pairs among noise and {t.queries} queries; tested on {sequences} new sequences per cell: at "
+        f"pairs among noise (a grammar makes {t.rule:.0%} of the noise follow from the token two back) and "
+        f"{t.queries} queries, trained on every next token; tested on {sequences} new sequences per cell: at "
         f"{t.length} tokens, and at {4 * t.length} with {4 * t.pairs} pairs, without and with YaRN (factor 4). "
         f"RePo from layer {shape.layers // 3} (RoPE below), as the paper's 1B. Seeds {', '.join(map(str, seeds))}; "
-        "each cell pools the seeds' answers (Wilson 95% interval; per seed in brackets).\n\n"
+        "each cell pools the seeds' answers (Wilson 95% interval; per seed in brackets). A model that "
+        f"guesses among the context's values scores 1 in {t.pairs} at the training length and 1 in {4 * t.pairs} "
+        "at 4x.\n\n"
         + table
         + "\n\nRePo's positions on test sequences at the training length (per layer: std, 5th-95th percentile, "
         "Spearman's rank correlation with the token index):\n\n"
