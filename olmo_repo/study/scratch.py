@@ -143,10 +143,11 @@ def scratch_section(
         f"{shape.layers}-layer models (d={shape.hidden}, {shape.heads} heads), trained from scratch for "
         f"{shape.steps} steps of {shape.batch} sequences of {t.length} tokens, each holding {t.pairs} key-value "
         f"pairs among noise (a grammar makes {t.rule:.0%} of the noise follow from the token two back) and "
-        f"{t.queries} queries, trained on every next token; tested on {sequences} new sequences per cell: at "
+        f"{t.queries} queries, trained on the answers and the noise; tested on {sequences} new sequences per cell: at "
         f"{t.length} tokens, and at {4 * t.length} with {4 * t.pairs} pairs, without and with YaRN (factor 4). "
         f"RePo from layer {shape.layers // 3} (RoPE below), as the paper's 1B. Seeds {', '.join(map(str, seeds))}; "
-        "each cell pools the seeds' answers (Wilson 95% interval; per seed in brackets). A model that "
+        "each cell pools the seeds' answers (Wilson 95% interval over the test answers, not over seeds; per "
+        "seed in brackets). A model that "
         f"guesses among the context's values scores 1 in {t.pairs} at the training length and 1 in {4 * t.pairs} "
         "at 4x.\n\n"
         + table
