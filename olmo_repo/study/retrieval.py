@@ -53,9 +53,10 @@ def train(
     arm: str, shape: TinyModel, seed: int, progress: Callable[[int, float], None] | None = None
 ) -> tuple[torch.nn.Module, dict[str, float]]:
     """Train `arm` from scratch (AdamW (0.9, 0.95), weight decay 0.1, clipping 1.0; a linear warm-up, the peak
-    held, then a linear decay to 0 over the last fifth: a cosine's early decline delays when recall appears) on
-    `shape.steps` fresh batches drawn with `seed`, on every next token; returns the model (eval mode), the mean
-    loss on the answers over the last 100 steps and the wall time. `progress(step, loss)` every 100 steps."""
+    held, then a linear decay to 0 over the last fifth: recall appears after a plateau, at the peak rate) on
+    `shape.steps` fresh batches drawn with `seed`, on their targets (the answers and the noise); returns the
+    model (eval mode), the mean loss on the answers over the last 100 steps and the wall time.
+    `progress(step, loss)` every 100 steps."""
     model = build(arm, shape, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=shape.lr, betas=(0.9, 0.95), weight_decay=0.1)
     gen = torch.Generator().manual_seed(seed)
