@@ -215,6 +215,20 @@ def _flops_markdown(models: Mapping[str, Path], tokens: int) -> str:
     return markdown_table(header, rows) + "\n"
 
 
+def _kept(
+    file: Path | None, compute: Callable[[], dict[str, dict[int, float]]]
+) -> dict[str, dict[int, float]]:
+    """{variant: {length: score}} read from `file` if it exists, else computed and written there (if a file):
+    an interrupted evaluation loses at most the model under way (the caller empties the folder when the
+    inputs change)."""
+    if file is not None and file.is_file():  # JSON keys are strings: the lengths back to ints
+        return {v: {int(n): x for n, x in by.items()} for v, by in json.loads(file.read_text()).items()}
+    result = compute()
+    if file is not None:
+        output.write_file(file, json.dumps(result))
+    return result
+
+
 def report_sections(
     models: Mapping[str, Path],
     figures: Path,
@@ -236,9 +250,8 @@ def report_sections(
     2x and 4x); the attention and position analyses run at the first. `replaced`: a section per RePo model on how
     much its learned positions matter (NIAH and attention mass with them replaced by the token index and by one
     constant position). `done`: how many sections the caller holds already from an interrupted evaluation with the
-    same inputs (with their figures); those are neither computed nor yielded. `kept`: a folder where each model's NIAH
-    scores are written as they finish and read back on a rerun, so that an interrupted evaluation loses at most
-    the model under way (the caller empties it when the inputs change)."""
+    same inputs (with their figures); those are neither computed nor yielded. `kept`: a folder of each model's NIAH
+    scores as they finish, read back by a rerun (`_kept`)."""
     configs = {name: read_config(d) for name, d in models.items()}
     trained = {training_length(c) for c in configs.values()}
     if len(trained) != 1:
@@ -258,13 +271,8 @@ def report_sections(
 
     @cache
     def scored(name: str, positions: PositionSource) -> dict[str, dict[int, float]]:
-        file = kept / f"niah-{output.file_stem(name)}-{positions}.json" if kept else None
-        if file is not None and file.is_file():  # JSON keys are strings: the lengths back to ints
-            return {v: {int(n): x for n, x in by.items()} for v, by in json.loads(file.read_text()).items()}
-        result = niah_scores({name: models[name]}, lengths, variants, samples, seed, positions)[name]
-        if file is not None:
-            output.write_file(file, json.dumps(result))
-        return result
+        score = partial(niah_scores, {name: models[name]}, lengths, variants, samples, seed, positions)
+        return _kept(kept and kept / f"niah-{output.file_stem(name)}-{positions}.json", lambda: score()[name])
 
     @cache
     def prompts() -> list[NeedlePrompt]:
