@@ -1,7 +1,7 @@
 """tests/suite.py under pytest-xdist, in a pytest run of its own on two workers: a `built_once` input is built
 once for the whole run, a failed build fails every test that asks for it without building again, a `procs`
 test overlaps no other test (a long test lets it in between its steps), and the workers compute with one
-thread."""
+thread. And the project's pytest settings free a passed test's disk at once."""
 
 from __future__ import annotations
 
@@ -129,3 +129,19 @@ def test_built_once_and_procs_alone_under_two_workers(tmp_path):
         ]
         assert not overlapping, (alone["test"], overlapping)
     assert any(long["start"] < r["start"] < long["end"] for r in procs), (long, procs)  # let in, not held off
+
+
+def test_the_projects_pytest_settings_delete_a_passed_tests_tmp_path_and_keep_a_failed_ones(tmp_path):
+    """CI's disk is shared: what a passed test wrote is gone at its teardown, not at the end of the run."""
+    (tmp_path / "test_disk.py").write_text(
+        "def test_passes(tmp_path):\n    (tmp_path / 'kept').write_text('x')\n\n"
+        "def test_fails(tmp_path):\n    (tmp_path / 'kept').write_text('x')\n    assert False\n"
+    )
+    base = tmp_path / "base"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
+         "--rootdir", str(tmp_path), "--basetemp", str(base), str(tmp_path / "test_disk.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "1 failed, 1 passed" in result.stdout, result.stdout[-2000:]
+    assert sorted(p.parent.name for p in base.rglob("kept")) == ["test_fails0"]
