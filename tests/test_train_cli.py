@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from olmo.optim import build_scheduler
+from omegaconf import OmegaConf as om
 
 from olmo_repo import RepoTrainConfig
 from olmo_repo.cli import train as train_cli
@@ -305,9 +306,19 @@ def test_s3_remote_save_folder_upload_and_resume(tmp_path, s3_server, monkeypatc
         o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]
     }
 
-    # The same bucket as a stage-1 store: a RePo run initialises from an s3:// load_path.
+    # The same bucket as a stage-1 store: a RePo run initialises from an s3:// load_path, and carries the stock
+    # HF config it records (as convert_from_hf records it) into its own config, which convert_to_hf reads.
+    key = "run/step6-unsharded/config.yaml"
+    recorded = om.create(s3.get_object(Bucket="ckpts", Key=key)["Body"].read().decode())
+    recorded.hf_config = {"model_type": "olmo2", "max_position_embeddings": 4096}
+    s3.put_object(Bucket="ckpts", Key=key, Body=om.to_yaml(recorded).encode())
     stage2 = small(data, tmp_path / "stage2", max_duration=1, load_path="s3://ckpts/run/step6-unsharded")
     result = _run(train_command(STAGE2_REPO, stage2), **s3_server)
     assert (
         "Initialising from stage-1 checkpoint s3://ckpts/run/step6-unsharded: 6 RePo weights" in result.stdout
     )
+    carried = om.load(tmp_path / "stage2" / "config.yaml").hf_config
+    assert carried is not None and om.to_container(carried) == {
+        "model_type": "olmo2",
+        "max_position_embeddings": 4096,
+    }

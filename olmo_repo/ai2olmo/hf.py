@@ -131,10 +131,17 @@ def convert_to_hf(
 
 
 def recorded_stock(checkpoint: PathOrStr | None) -> dict[str, Any] | None:
-    """The config of the HF model the local checkpoint continues (its config.yaml's `hf_config`), as a run
-    carries it; None where it records none or is remote."""
-    file = Path(str(checkpoint or ""), "config.yaml")
-    if checkpoint is None or "://" in str(checkpoint) or not file.is_file():
+    """The config of the HF model the checkpoint (local, or a URL ai2-olmo reads: s3://, gs://, ...) continues
+    (its config.yaml's `hf_config`), as a run carries it; None where it records none."""
+    if checkpoint is None:
+        return None
+    file = Path(str(checkpoint), "config.yaml")
+    if "://" in str(checkpoint):
+        try:
+            file = resource_path(str(checkpoint), "config.yaml")
+        except FileNotFoundError:
+            return None
+    elif not file.is_file():
         return None
     stock = om.select(om.load(file), "hf_config", default=None)
     return carried(om.to_container(stock)) if stock is not None else None

@@ -21,11 +21,13 @@ Outputs are written beside the target and renamed at the end (`olmo_repo.output.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from olmo_core.config import DType
+from olmo_core.io import file_exists, is_url, join_path, resource_path
 from tokenizers import Tokenizer
 from transformers import (
     PreTrainedTokenizerFast,
@@ -54,11 +56,18 @@ keys; read as `HF_CONFIG` is."""
 
 
 def recorded_stock(path: str | Path) -> dict[str, Any] | None:
-    """The config of the HF model the local checkpoint `path` continues (`HF_CONFIG`), as a run carries it; None
-    where it records none (a model trained from scratch, or a checkpoint of no config)."""
-    if not (Path(path) / checkpoint.CONFIG).is_file():
+    """The config of the HF model the checkpoint `path` (local, or a URL OLMo-core reads: s3://, gs://, ...)
+    continues (`HF_CONFIG`), as a run carries it; None where it records none (a model trained from scratch, or a
+    checkpoint of no config)."""
+    if is_url(str(path)):
+        file = join_path(str(path), checkpoint.CONFIG)
+        if not file_exists(file):
+            return None
+        config = json.loads(Path(resource_path(str(path), checkpoint.CONFIG)).read_text())
+    elif (Path(path) / checkpoint.CONFIG).is_file():
+        config = checkpoint.read_config(path)
+    else:
         return None
-    config = checkpoint.read_config(path)
     stock = config.get(HF_CONFIG) or config.get(HF_EXTRA)
     return carried(stock) if stock else None
 

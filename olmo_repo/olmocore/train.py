@@ -555,14 +555,14 @@ def build_trainer(config: ExperimentConfig) -> Trainer:
 
 def _stock_config(config: ExperimentConfig) -> dict[str, Any] | None:
     """The config of the stock HF model the run continues (`olmocore.hf.HF_CONFIG`), as the save folder's latest
-    checkpoint carries it (a resume), else as `load_path` records it; None for a model trained from scratch (or
-    continued from a remote checkpoint, which is not read here)."""
+    checkpoint carries it (a resume; a remote save folder's checkpoints carry what its `load_path` records), else
+    as `load_path` records it, local or remote; None for a model trained from scratch."""
     save = str(config.trainer.save_folder)
     latest = (
         latest_intact_checkpoint(save, move_aside=False) if not is_url(save) and Path(save).is_dir() else None
     )
     for path in (latest, config.load_path):
-        if path and not is_url(str(path)) and (stock := recorded_stock(path)) is not None:
+        if path and (stock := recorded_stock(path)) is not None:
             return stock
     return None
 

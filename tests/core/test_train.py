@@ -3,6 +3,7 @@ checkpoint with optimizer state; killed after a checkpoint and resumed, with the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from olmo_repo.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.modes import index_blend
-from olmo_repo.olmocore.hf import hf_to_core
+from olmo_repo.olmocore.hf import HF_CONFIG, hf_to_core, recorded_stock
 from olmo_repo.ownership import LOCK_FILE
 
 from ..s3_server import loopback_s3
@@ -185,10 +186,14 @@ def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys)
 
 def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
     """OLMo-core's own S3 I/O against a real S3-compatible server: stage-1 initialisation from an s3:// load_path,
-    checkpoints written to an s3:// save folder, and a rerun that resumes from the bucket."""
+    checkpoints written to an s3:// save folder carrying the stock HF config the bucket's stage 1 records (what
+    the conversion back to HF keeps), and a rerun that resumes from the bucket."""
     import boto3
 
     data, stage1 = inputs
+    # the stage-1 folder will record the base's stock config, as a stage 1 converted from HF records it
+    stock = recorded_stock(stage1.parent / "base")
+    assert stock and stock["max_position_embeddings"]
     work, log = tmp_path / "work", tmp_path / "s3.log"
     with loopback_s3() as env:
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"],
@@ -196,6 +201,7 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
         s3.create_bucket(Bucket="ckpts")
         for file in (f for f in stage1.rglob("*") if f.is_file()):
             s3.upload_file(str(file), "ckpts", f"stage1/{file.relative_to(stage1)}")
+        s3.upload_file(str(stage1.parent / "base" / "config.json"), "ckpts", "stage1/config.json")
 
         def run(steps: int) -> str:
             command = _command("s3://ckpts/runs/tiny", data, "s3://ckpts/stage1", steps)
@@ -206,6 +212,8 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
         assert "Initialising from s3://ckpts/stage1" in text, text[-3000:]
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket="ckpts")["Contents"]}
         assert {f"runs/tiny/step{step}/model_and_optim/.metadata" for step in (2, 4)} <= keys
+        saved = json.loads(s3.get_object(Bucket="ckpts", Key="runs/tiny/step4/config.json")["Body"].read())
+        assert saved[HF_CONFIG] == stock
 
         text = run(6)
         # Resumed from the bucket, not restarted from stage 1.
