@@ -34,8 +34,7 @@ system-deps:
 PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
-# one worker each, one cores lock for both (tests/suite.py), so that neither leaves a core idle at its end.
-SIDE = -m pytest -q -n 1 --durations=15
+# two workers each, one cores lock for both (tests/suite.py), so that the longer leaves no core idle at its end.
 # The three environments and the system packages install side by side (downloads and unpacking overlap).
 test:
 	$(MAKE) -j4 system-deps install install-vllm install-core install-data
@@ -50,7 +49,7 @@ test:
 suite-vllm:
 	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
 suite-core:
-	$(CBIN)/python $(SIDE) --confcutdir tests/core tests/core
+	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
 
 # The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the
 # RePo core, the mode rule, configs, conversion round trips and bad input on every backend; no training run,

@@ -15,7 +15,7 @@ one session loads several of the conftests (the main session loads tests/core's 
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
 - files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end;
-- sessions that run at the same time (`make test` runs the vLLM and OLMo-core sessions side by side, one worker
+- sessions that run at the same time (`make test` runs the vLLM and OLMo-core sessions side by side, two workers
   each) share the cores lock through `OLMO_REPO_SUITE_CORES`, so that a `procs` test runs alone across them.
 
 Without xdist (a developer's `pytest tests/test_x.py`) nothing here changes how tests run.
@@ -41,6 +41,7 @@ CORES_DIR = (
 
 # Files started first, longest first (their share of a `make test` run: `--durations` of `make test`).
 FIRST = [
+    "test_smollm2_recipe.py",  # the OLMo-core session's longest (~5.5 min), so its other worker takes the rest
     "test_demo_rerun.py",
     "test_demo_kill.py",
     "test_inloop_niah.py",
