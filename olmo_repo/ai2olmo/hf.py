@@ -135,13 +135,12 @@ def recorded_stock(checkpoint: PathOrStr | None) -> dict[str, Any] | None:
     (its config.yaml's `hf_config`), as a run carries it; None where it records none."""
     if checkpoint is None:
         return None
-    file = Path(str(checkpoint), "config.yaml")
     if "://" in str(checkpoint):
         try:
             file = resource_path(str(checkpoint), "config.yaml")
         except FileNotFoundError:
             return None
-    elif not file.is_file():
+    elif not (file := Path(str(checkpoint), "config.yaml")).is_file():
         return None
     stock = om.select(om.load(file), "hf_config", default=None)
     return carried(om.to_container(stock)) if stock is not None else None

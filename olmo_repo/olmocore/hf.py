@@ -60,10 +60,14 @@ def recorded_stock(path: str | Path) -> dict[str, Any] | None:
     continues (`HF_CONFIG`), as a run carries it; None where it records none (a model trained from scratch, or a
     checkpoint of no config)."""
     if is_url(str(path)):
-        file = join_path(str(path), checkpoint.CONFIG)
-        if not file_exists(file):
+        if not file_exists(join_path(str(path), checkpoint.CONFIG)):
             return None
-        config = json.loads(Path(resource_path(str(path), checkpoint.CONFIG)).read_text())
+        try:
+            config = json.loads(Path(resource_path(str(path), checkpoint.CONFIG)).read_text())
+        except json.JSONDecodeError as e:
+            raise RepoError(
+                f"{path}/{checkpoint.CONFIG} is not valid JSON ({e.msg}, line {e.lineno})"
+            ) from None
     elif (Path(path) / checkpoint.CONFIG).is_file():
         config = checkpoint.read_config(path)
     else:

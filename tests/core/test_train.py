@@ -224,3 +224,19 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
     # The metrics stay local, named after the remote save folder; every step once across the two runs.
     steps = metrics(work / "metrics" / "s3" / "ckpts" / "runs" / "tiny")
     assert sorted(steps) == list(range(7)) and all("train/CE loss" in steps[s] for s in range(1, 7))
+
+
+def test_a_remote_checkpoints_stock_config_missing_is_none_and_corrupt_is_one_line(monkeypatch):
+    import boto3
+
+    from olmo_repo.errors import RepoError
+
+    with loopback_s3() as env:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="ckpts")
+        assert recorded_stock("s3://ckpts/none") is None  # no config.json: a checkpoint that records none
+        s3.put_object(Bucket="ckpts", Key="bad/config.json", Body=b"{not json")
+        with pytest.raises(RepoError, match=r"^s3://ckpts/bad/config.json is not valid JSON"):
+            recorded_stock("s3://ckpts/bad")
