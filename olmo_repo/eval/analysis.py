@@ -27,10 +27,10 @@ from .attention import Span, attention_mass, attention_mass_table, mean_attentio
 from .positions import (
     batch_positions,
     heads_of_positions,
+    length_spans,
     pattern_table,
     patterns_by_layer,
     span_table,
-    spans_by_length,
     spread_by_layer,
     spread_table,
     text_positions,
@@ -108,7 +108,7 @@ def positions_section(
     longest = max(lengths)
     positions = batch_positions(model, tokenizer, texts, longest)  # {layer: [B, H_kv, T]}
     patterns = patterns_by_layer(positions)
-    spans = spans_by_length(model, tokenizer, texts, lengths)
+    spans = length_spans(positions, lengths)  # the same forward: the model is causal
     first, tokens = text_positions(model, tokenizer, texts[0], max_tokens=min(longest, 96))
     layer = max(first)  # the last RePo layer, head 0
     head = heads_of_positions(model.config)

@@ -13,8 +13,9 @@ the same length. A sequence shorter than `chunk` is one chunk of all its tokens;
 
 The span of a head is max - min of its positions over the tokens: how much of the context's length the
 positions use (the paper: it grows with the context but stays far below it; RoPE's span is T - 1).
-`spans_by_length` measures it at several context lengths in one forward pass: the model is causal, so the
-positions of the first T tokens of a longer input are those of the T-token input.
+`spans_by_length` measures it at several context lengths in one forward pass (`length_spans` from positions
+already computed): the model is causal, so the positions of the first T tokens of a longer input are those of
+the T-token input.
 
 The spread and order of a layer's positions (`spread_by_layer`) are what the trainers log every step
 (`olmo_repo.rope.spread`, `modes.POSITION_STATS`): min, max, std, 5th and 95th percentile over every value, and
@@ -45,6 +46,7 @@ __all__ = [
     "PATTERNS",
     "batch_positions",
     "heads_of_positions",
+    "length_spans",
     "model_positions",
     "pattern_counts",
     "pattern_table",
@@ -141,8 +143,8 @@ def model_positions(model: PreTrainedModel, ids: Tensor) -> dict[int, Tensor]:
         return {i: torch.zeros(shape) if z is None else z.float() for i, z in sorted(replaced.items())}
     was_training = model.training
     model.eval()
-    try:
-        out = model(ids.to(model.device), output_positions=True, use_cache=False)
+    try:  # the decoder alone: a causal LM's output layer (logits [B, T, vocab]) holds no position
+        out = model.base_model(ids.to(model.device), output_positions=True, use_cache=False)
     finally:
         model.train(was_training)
     return {layer: z.float().cpu() for layer, z in sorted(out.positions.items())}
@@ -199,7 +201,12 @@ def spans_by_length(
         raise ValueError(
             f"need at least one text and lengths >= 1; got {len(texts)} texts, lengths {lengths}"
         )
-    positions = batch_positions(model, tokenizer, texts, max(lengths))  # {layer: [B, H, T]}
+    return length_spans(batch_positions(model, tokenizer, texts, max(lengths)), lengths)
+
+
+def length_spans(positions: Mapping[int, Tensor], lengths: Sequence[int]) -> dict[int, dict[int, Tensor]]:
+    """`spans_by_length` of positions already computed ({layer: [B, H, T]}, T >= max(lengths)): the span of the
+    first n of them at each length n, averaged over the batch."""
     return {
         n: {layer: position_spans(z[..., :n]).mean(0) for layer, z in positions.items()}
         for n in sorted(lengths)
