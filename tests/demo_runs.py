@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DEMO = ROOT / "scripts/demo.py"
 KILLED = ROOT / "tests/demo_killed.py"
-ARGS = ["--steps", "2", "2", "--procs", "1", "--samples", "1"]  # the sizes of tests/test_demo.py, one prompt
+# The sizes of tests/test_demo.py, one prompt, NIAH at 1x and 2x (YaRN) the training length: 4x would take the
+# evaluation's longest generations for no other path.
+ARGS = ["--steps", "2", "2", "--procs", "1", "--samples", "1", "--lengths", "512,1024"]
 TRAINING = ["stage1-rope", "stage2-rope", "stage2-repo", "stage2-repo-learn", "stage2-nope"]
 HF = [f"{name}-hf" for name in TRAINING[1:]]
 STAGES = ["base", "corpus", *TRAINING, "curves", *HF, "evaluation"]  # in the order the demo runs them

@@ -40,6 +40,24 @@ def test_help_explains_the_folder_and_starts_nothing(tmp_path):
     assert subprocess.run([sys.executable, "-c", light]).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("lengths", "says"),
+    [
+        ("512,x", "expected comma-separated integers such as 4096,8192"),
+        ("512,128", "every length must exceed the 128 generated tokens"),
+    ],
+)
+def test_bad_lengths_are_one_line_before_anything_is_written(tmp_path, lengths, says):
+    result = subprocess.run(
+        [sys.executable, str(DEMO), str(tmp_path / "demo"), f"--lengths={lengths}"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"demo.py: error: --lengths={lengths!r}: {says}"
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_a_users_folder_is_refused_before_any_work(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")

@@ -22,6 +22,7 @@ def test_a_finished_demo_has_every_section(finished_demo):
         assert heading in headings(finished_demo)
     for split in ("stage1", "stage2"):  # `--steps 2 2`: the corpus holds the windows the steps read, no more
         assert (finished_demo / f"data/{split}.npy").stat().st_size == 2 * BATCH * SEQ_LEN * 4  # uint32
+    assert "| model | 512 | 1024 (YaRN x2) |\n" in (finished_demo / "report.md").read_text()  # its --lengths
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (finished_demo / "report.md").read_text())
     assert sorted(links) == sorted(f"figures/{p.name}" for p in (finished_demo / "figures").iterdir())
     for (

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
+from ..eval.variants import parse_lengths
 from . import run
 
 __all__ = ["main"]
@@ -58,9 +59,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"training steps of stage 1 and of stage 2 (default and most: the configs', {stage1} and {stage2}); "
         "the corpus holds the windows they read, one per sequence",
     )
+    parser.add_argument(
+        "--lengths",
+        help="the report's NIAH context lengths in tokens, comma-separated, e.g. 512 (default: the training "
+        "length, 2x and 4x, past the training length with YaRN); the attention and position analyses run at "
+        "the first",
+    )
     args = parser.parse_args(argv)
     if args.samples < 1 or args.procs < 1:
         parser.error("--samples and --procs must be at least 1")
+    try:
+        lengths = args.lengths and tuple(parse_lengths(args.lengths))
+    except ValueError as e:
+        parser.error(str(e))
     if args.steps is not None and not (0 < args.steps[0] <= stage1 and 0 < args.steps[1] <= stage2):
         parser.error(
             f"--steps {args.steps[0]} {args.steps[1]}: stage 1 takes 1..{stage1} steps, stage 2 1..{stage2}"
@@ -69,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     def demo() -> None:
         from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
 
-        run_demo(args.out_dir, samples=args.samples, procs=args.procs, steps=args.steps and tuple(args.steps))
+        run_demo(
+            args.out_dir,
+            samples=args.samples,
+            procs=args.procs,
+            steps=args.steps and tuple(args.steps),
+            lengths=lengths,
+        )
 
     return run(PROG, demo, lambda: (RepoError,), needs=("ai2-olmo", "eval"))
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
+from ..eval.variants import parse_lengths
 from . import require_extras, run
 
 __all__ = ["main"]
@@ -116,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        lengths = tuple(int(n) for n in args.lengths.split(","))
-    except ValueError:
-        parser.error(f"--lengths {args.lengths}: comma-separated integers, e.g. 1024,2048,4096")
+        lengths = tuple(parse_lengths(args.lengths))
+    except ValueError as e:
+        parser.error(str(e))
     variants = tuple(v for v in args.variants.split(",") if v)
     names = [a for a in args.arms.split(",") if a]
     if unknown := [a for a in names if a not in KNOWN_ARMS] or not names or len(set(names)) < len(names):

@@ -86,11 +86,13 @@ def run_demo(
     base_dir: Path = BASE_DIR,
     procs: int = PROCS,
     steps: tuple[int, int] | None = None,
+    lengths: tuple[int, ...] | None = None,
 ) -> list[RunResult]:
     """The whole demo under `out` (see `DemoFolder`; relative to the current directory): base conversion and
     corpus, stage 1, the four stage-2 runs, their in-loop curves, their HF conversions and the evaluation
     (`samples` NIAH prompts per variant and length), with `report.md`; `procs` training processes per run;
-    `steps`: the lengths of stage 1 and stage 2 (default: the configs'). A refused folder or a damaged base
+    `steps`: the lengths of stage 1 and stage 2 (default: the configs'); `lengths`: the evaluation's NIAH
+    context lengths (default: the training length, 2x and 4x). A refused folder or a damaged base
     model raises `RepoError` before anything is written; an interrupted demo resumes where it stopped."""
     start = time.monotonic()
     batch = _config("stage1-rope").global_train_batch_size
@@ -106,7 +108,7 @@ def run_demo(
         raise CorruptFileError(
             f"{e} (the shipped base model: reinstall olmo-repo, or rebuild it with `make demo-base`)"
         ) from e
-    demo = _Demo(folder, base_dir, samples, procs, steps, batch)
+    demo = _Demo(folder, base_dir, samples, procs, steps, batch, lengths)
     demo.publish()  # a report built from records that other inputs made stale loses them now
     base = demo.base(base_dir)
     demo.corpus(tokenizer)
@@ -138,8 +140,10 @@ class _Demo:
         procs: int,
         steps: tuple[int, int] | None,
         batch: int,
+        lengths: tuple[int, ...] | None,
     ):
         self.folder, self.samples, self.procs, self.written = folder, samples, procs, False
+        self.lengths = lengths
         self.ran: set[str] = set()  # the stages this start ran
         lengths = [(f"--max_duration={n}", f"--stop_at={n}") for n in steps] if steps else [(), ()]
         common = (f"--data_prefix={folder.path / 'data'}", f"--device_train_microbatch_size={batch // procs}")
@@ -159,7 +163,8 @@ class _Demo:
             inputs[name] = digest(inputs[upstream], config_path(name).read_bytes(), *overrides)
         inputs["curves"] = digest(*(inputs[name] for name in STAGE2.values()))
         inputs.update({f"{name}-hf": inputs[name] for name in STAGE2.values()})
-        inputs["evaluation"] = digest(inputs["curves"], str(samples))
+        # the default lengths as before the option, so that a finished demo stays finished
+        inputs["evaluation"] = digest(inputs["curves"], str(samples), *([str(lengths)] if lengths else []))
         self.inputs = inputs
 
     def stage(self, name: str, outputs: list[str], read: Callable[[], _T], work: Callable[[bool], Any]) -> _T:
@@ -289,7 +294,13 @@ class _Demo:
         figures = self.folder.entry("figures")
         self.folder.write_text(EVALUATION, json.dumps(sections, indent=1))
         for section in report_sections(
-            models, figures, groups=_groups(), samples=self.samples, tokens=tokens, done=len(sections)
+            models,
+            figures,
+            groups=_groups(),
+            samples=self.samples,
+            tokens=tokens,
+            lengths=self.lengths,
+            done=len(sections),
         ):
             sections.append(section)
             self.folder.write_text(EVALUATION, json.dumps(sections, indent=1))
