@@ -70,3 +70,21 @@ def test_a_run_of_a_stock_model_converts_back_with_its_config(stock, tmp_path, d
     with torch.no_grad():
         expected = AutoModelForCausalLM.from_pretrained(hf).eval()(ids).logits
         assert torch.equal(load_model(out, PAST)(ids).logits, expected)  # the stock model's behaviour
+
+
+def test_a_checkpoints_damaged_config_is_one_line_naming_it_and_none_records_nothing(tmp_path):
+    """`recorded_stock` on a local checkpoint (the remote one: tests/test_train_cli.py's S3 test): a config.yaml
+    that is not YAML, or YAML but not a mapping, is one line naming the file; no config.yaml records nothing."""
+    from olmo_repo.ai2olmo.hf import recorded_stock
+    from olmo_repo.errors import CorruptFileError
+
+    assert recorded_stock(tmp_path) is None
+    for text, says in [
+        (b"{not: yaml", "is not valid YAML (while parsing a flow mapping)"),
+        (b"\xff\xfe garbage", "is not valid YAML ('utf-8' codec can't decode byte 0xff"),
+        (b"- a\n- b\n", "is not a checkpoint's config (a YAML mapping): a ListConfig"),
+    ]:
+        (tmp_path / "config.yaml").write_bytes(text)
+        with pytest.raises(CorruptFileError) as raised:
+            recorded_stock(tmp_path)
+        assert str(raised.value).startswith(f"{tmp_path}/config.yaml {says}"), raised.value

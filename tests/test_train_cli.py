@@ -322,3 +322,15 @@ def test_s3_remote_save_folder_upload_and_resume(tmp_path, s3_server, monkeypatc
         "model_type": "olmo2",
         "max_position_embeddings": 4096,
     }
+
+    # A remote checkpoint whose config.yaml is damaged: one line naming it, before the run writes anything.
+    s3.put_object(Bucket="ckpts", Key="bad/config.yaml", Body=b"{not: yaml")
+    bad = small(data, tmp_path / "bad-run", max_duration=1, load_path="s3://ckpts/bad")
+    result = subprocess.run(
+        train_command(STAGE2_REPO, bad), env=subprocess_env(**s3_server), capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (  # after ai2-olmo's download bar
+        "train.py: error: s3://ckpts/bad/config.yaml is not valid YAML (while parsing a flow mapping)"
+    )
+    assert not (tmp_path / "bad-run").exists()

@@ -26,13 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from huggingface_hub import hf_hub_download
 from olmo.aliases import PathOrStr
 from olmo.util import resource_path
 from olmo_data import get_data_path, is_data_file
+from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from tokenizers import Tokenizer
 
+from ..errors import CorruptFileError
 from ..hf import DTYPES
 from ..hf.files import (
     as_stock,
@@ -142,7 +145,16 @@ def recorded_stock(checkpoint: PathOrStr | None) -> dict[str, Any] | None:
             return None
     elif not (file := Path(str(checkpoint), "config.yaml")).is_file():
         return None
-    stock = om.select(om.load(file), "hf_config", default=None)
+    where = f"{str(checkpoint).rstrip('/')}/config.yaml"
+    try:
+        config = om.load(file)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CorruptFileError(f"{where} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, DictConfig):
+        raise CorruptFileError(
+            f"{where} is not a checkpoint's config (a YAML mapping): a {type(config).__name__}"
+        )
+    stock = om.select(config, "hf_config", default=None)
     return carried(om.to_container(stock)) if stock is not None else None
 
 

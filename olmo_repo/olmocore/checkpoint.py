@@ -139,12 +139,20 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise RepoError(
             f"{file} is missing: the checkpoint's model config is read from it (ConfigSaverCallback)"
         )
+    return parse_config(file.read_bytes(), str(file))
+
+
+def parse_config(data: bytes, where: str) -> dict[str, Any]:
+    """A checkpoint's `config.json` from its bytes (`where`: the file or URL they came from, for the one line
+    that says what is wrong with them)."""
     try:
-        config = json.loads(file.read_text())
+        config = json.loads(data)
     except json.JSONDecodeError as e:
-        raise RepoError(f"{file} is not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise RepoError(f"{where} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    except UnicodeDecodeError as e:
+        raise RepoError(f"{where} is not valid JSON ({e})") from None
     if not isinstance(config, dict) or "model" not in config:
-        raise RepoError(f"{file} has no `model` section")
+        raise RepoError(f"{where} has no `model` section")
     return config
 
 

@@ -21,7 +21,6 @@ Outputs are written beside the target and renamed at the end (`olmo_repo.output.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -62,12 +61,8 @@ def recorded_stock(path: str | Path) -> dict[str, Any] | None:
     if is_url(str(path)):
         if not file_exists(join_path(str(path), checkpoint.CONFIG)):
             return None
-        try:
-            config = json.loads(Path(resource_path(str(path), checkpoint.CONFIG)).read_text())
-        except json.JSONDecodeError as e:
-            raise RepoError(
-                f"{path}/{checkpoint.CONFIG} is not valid JSON ({e.msg}, line {e.lineno})"
-            ) from None
+        data = Path(resource_path(str(path), checkpoint.CONFIG)).read_bytes()
+        config = checkpoint.parse_config(data, f"{str(path).rstrip('/')}/{checkpoint.CONFIG}")
     elif (Path(path) / checkpoint.CONFIG).is_file():
         config = checkpoint.read_config(path)
     else:

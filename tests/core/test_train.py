@@ -240,3 +240,6 @@ def test_a_remote_checkpoints_stock_config_missing_is_none_and_corrupt_is_one_li
         s3.put_object(Bucket="ckpts", Key="bad/config.json", Body=b"{not json")
         with pytest.raises(RepoError, match=r"^s3://ckpts/bad/config.json is not valid JSON"):
             recorded_stock("s3://ckpts/bad")
+        s3.put_object(Bucket="ckpts", Key="list/config.json", Body=b"[1]")  # JSON, not a checkpoint's config
+        with pytest.raises(RepoError, match=r"^s3://ckpts/list/config.json has no `model` section$"):
+            recorded_stock("s3://ckpts/list/")
