@@ -16,11 +16,16 @@ and a mix folder holds one such folder per source and `mix.json`: the sources wi
 the mix folder), OLMo-core's source mixture (each source's `target_ratio` and `max_repetition_ratio`, as
 `olmo_core.data.source_mixture.SourceMixtureConfig` takes them) and ai2-olmo's `data.paths` (each source's shards
 repeated a whole number of times). `data_paths` and `source_mixture` read them for a config.
+
+A folder is a local path or a URL (s3://, gs://, ...): the functions that read one take the backend's `Fetch`,
+which gives a file's local copy (each trainer reads URLs with its own I/O: `olmo_repo.olmocore.checkpoint.
+fetch_file`, `olmo_repo.ai2olmo.config.fetch_file`); `local_file` reads local paths only.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +33,19 @@ from .errors import RepoError
 
 __all__ = [
     "DATA_FORMAT",
+    "Fetch",
     "MANIFEST",
     "MIX",
     "MIX_FORMAT",
+    "STARTED",
     "STATE",
     "TOKENIZER",
     "ai2_olmo_paths",
+    "data_folders",
     "data_paths",
     "folder_of",
     "is_data_folder",
+    "local_file",
     "manifest",
     "mix",
     "parse",
@@ -46,10 +55,22 @@ __all__ = [
 MANIFEST = "data.json"
 STATE = ".prepare"
 """A data folder's run state (settings, datatrove's logs): present from the run's start, before data.json."""
+STARTED = f"{STATE}/settings.json"
+"""The run's settings: the first file a run writes."""
 MIX = "mix.json"
 TOKENIZER = "tokenizer.json"
 DATA_FORMAT = "olmo-repo-data/1"
 MIX_FORMAT = "olmo-repo-mix/1"
+
+Fetch = Callable[[str], "Path | None"]
+"""A file by its local path or URL, as a local file (a URL's copy downloaded by the backend), or None where there
+is none."""
+
+
+def local_file(path: str) -> Path | None:
+    """The `Fetch` of local paths: the file, or None where there is none."""
+    file = Path(path)
+    return file if file.is_file() else None
 
 
 def shard_documents_name(shard: str) -> str:
@@ -69,24 +90,24 @@ def parse(text: str, where: str, format: str) -> dict[str, Any]:
     return data
 
 
-def manifest(folder: str | Path) -> dict[str, Any]:
-    """A local data folder's `data.json`; `RepoError` saying what to do when it is missing (an unfinished or
-    wrong folder)."""
-    path = Path(folder) / MANIFEST
-    if not path.is_file():
+def manifest(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any]:
+    """A data folder's `data.json`; `RepoError` saying what to do when it is missing (an unfinished or wrong
+    folder)."""
+    path = f"{str(folder).rstrip('/')}/{MANIFEST}"
+    if (file := fetch(path)) is None:
         raise RepoError(
             f"{folder} has no {MANIFEST}: not a finished data folder of scripts/prepare_data.py (rerun it, or "
             "its --join step after a run on several machines)"
         )
-    return parse(path.read_text(encoding="utf-8"), str(path), DATA_FORMAT)
+    return parse(file.read_text(encoding="utf-8"), path, DATA_FORMAT)
 
 
-def mix(folder: str | Path) -> dict[str, Any]:
-    """A local mix folder's `mix.json`."""
-    path = Path(folder) / MIX
-    if not path.is_file():
-        raise RepoError(f"{folder} has no {MIX}: not a mix folder of scripts/prepare_data.py --mix")
-    return parse(path.read_text(encoding="utf-8"), str(path), MIX_FORMAT)
+def mix(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any] | None:
+    """A mix folder's `mix.json`, or None where `folder` has none (not a mix folder)."""
+    path = f"{str(folder).rstrip('/')}/{MIX}"
+    if (file := fetch(path)) is None:
+        return None
+    return parse(file.read_text(encoding="utf-8"), path, MIX_FORMAT)
 
 
 def data_paths(root: str, data: dict[str, Any]) -> list[str]:
@@ -99,13 +120,24 @@ def ai2_olmo_paths(root: str, data: dict[str, Any]) -> list[str]:
     return [f"{root.rstrip('/')}/{path}" for path in data["ai2_olmo"]["paths"]]
 
 
-def is_data_folder(folder: str | Path) -> bool:
-    """Whether a local folder is a data folder of scripts/prepare_data.py, finished or not (`manifest` then
-    says which)."""
-    return (Path(folder) / MANIFEST).is_file() or (Path(folder) / STATE).is_dir()
+def is_data_folder(folder: str | Path, fetch: Fetch = local_file) -> bool:
+    """Whether a folder is a data folder of scripts/prepare_data.py: finished, or (local) started and not
+    finished (`manifest` then says which)."""
+    folder = str(folder).rstrip("/")
+    return (
+        fetch(f"{folder}/{MANIFEST}") is not None
+        or (Path(folder) / STATE).is_dir()
+        or fetch(f"{folder}/{STARTED}") is not None  # a URL has no folders: the file a run writes first
+    )
 
 
-def folder_of(path: str | Path) -> Path | None:
-    """The local data folder a shard belongs to (its parent, where that is one), else None."""
-    parent = Path(path).parent
-    return parent if is_data_folder(parent) else None
+def folder_of(path: str) -> str:
+    """The folder of a file's local path or URL: what would be its data folder."""
+    return path.rstrip("/").rpartition("/")[0] or "."
+
+
+def data_folders(paths: Iterable[str], fetch: Fetch = local_file) -> list[str]:
+    """The data folders of scripts/prepare_data.py that shards in `paths` belong to, once each, in order (each
+    folder looked up once, however many of its shards are listed)."""
+    folders = dict.fromkeys(folder_of(str(p)) for p in paths)
+    return [folder for folder in folders if is_data_folder(folder, fetch)]

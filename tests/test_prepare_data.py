@@ -346,6 +346,39 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
     assert len(problems) == 1 and f"{one} was made with another tokenizer" in problems[0]
 
 
+def test_ai2_olmo_reads_a_data_folder_on_s3_and_checks_its_tokenizer(corpus, tmp_path, monkeypatch):
+    """`data.paths=[s3://...]` naming a data folder (prepare_data.py writes to S3 too) stands for its shards there,
+    and the preflight compares the tokenizer the folder records there, as for a local one (OLMo-core's side:
+    tests/core/test_data_folders.py)."""
+    import boto3
+
+    from olmo_repo import RepoTrainConfig
+    from olmo_repo.ai2olmo.preflight import _check_tokenizer
+
+    from .s3_server import loopback_s3
+
+    _, one, _ = corpus
+    with loopback_s3() as env:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="data")
+        for file in one.rglob("*"):
+            if file.is_file():
+                s3.upload_file(str(file), "data", f"one/{file.relative_to(one)}")
+        config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+        overrides = [f"data_prefix={one}", "data.paths=[s3://data/one/]", "data.memmap_dtype=uint16"]
+        cfg = RepoTrainConfig.load(config, overrides)
+        shards = [s["path"] for s in json.loads((one / "data.json").read_text())["shards"]]
+        assert cfg.data.paths == [f"s3://data/one/{s}" for s in shards] and cfg.data.memmap_dtype == "uint32"
+        assert _check_tokenizer(cfg) == []
+        other = _swapped_tokenizer(tmp_path / "other.json")
+        (problem,) = _check_tokenizer(
+            RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"])
+        )
+        assert problem.startswith("s3://data/one was made with another tokenizer than tokenizer.identifier=")
+
+
 def _swapped_tokenizer(path: Path) -> Path:
     """The demo's tokenizer with two tokens' ids swapped: the same size, another tokenizer."""
     data = json.loads((BASE_DIR / "tokenizer.json").read_text())

@@ -22,6 +22,7 @@ from typing import Any
 from olmo.aliases import PathOrStr
 from olmo.config import BlockType, DataConfig, EvaluatorConfig, ModelConfig, TrainConfig
 from olmo.exceptions import OLMoConfigurationError
+from olmo.util import resource_path
 from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -217,17 +218,29 @@ def _one_line_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
     return OLMoConfigurationError(not_a_key(prefix + name, fields, owner))
 
 
+def fetch_file(path: str) -> Path | None:
+    """`datafolder.Fetch` through ai2-olmo's I/O: a local file, or a URL's copy in its download cache."""
+    if "://" not in path:
+        return datafolder.local_file(path)
+    folder, _, name = path.rpartition("/")
+    try:
+        return Path(resource_path(folder, name))
+    except FileNotFoundError:
+        return None
+
+
 def _read_data_folders(data: DataConfig) -> None:
-    """A `data.paths` entry that is a local folder of `scripts/prepare_data.py` stands for its shards: a data
-    folder's (its data.json), a mix folder's ai2-olmo paths (its mix.json: each source's shards repeated a whole
-    number of times); their ids are uint32 (`data.memmap_dtype`). Other paths are left as they are."""
+    """A `data.paths` entry that is a folder of `scripts/prepare_data.py` (local, or a URL ai2-olmo reads) stands
+    for its shards: a data folder's (its data.json), a mix folder's ai2-olmo paths (its mix.json: each source's
+    shards repeated a whole number of times); their ids are uint32 (`data.memmap_dtype`). Other paths are left as
+    they are."""
     paths: list[str] = []
     for path in data.paths or []:
         root = str(path).rstrip("/")
-        if (Path(root) / datafolder.MIX).is_file():
-            paths += datafolder.ai2_olmo_paths(root, datafolder.mix(root))
-        elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
-            paths += datafolder.data_paths(root, datafolder.manifest(root))
+        if (mix := datafolder.mix(root, fetch_file)) is not None:
+            paths += datafolder.ai2_olmo_paths(root, mix)
+        elif datafolder.is_data_folder(root, fetch_file):  # manifest() says when it is unfinished
+            paths += datafolder.data_paths(root, datafolder.manifest(root, fetch_file))
         else:
             paths.append(path)
             continue

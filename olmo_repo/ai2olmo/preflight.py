@@ -39,6 +39,7 @@ from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
 from ..vocab import vocabulary_difference
+from .config import fetch_file
 
 log = logging.getLogger(__name__)
 
@@ -155,22 +156,25 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
     except Exception as e:  # tokenizers raises a bare Exception for a file that is not one
         return [f"tokenizer.identifier={path} is not a tokenizer file ({e}): pass a tokenizer.json"]
     problems = []
-    for data_path in (
-        cfg.data.paths or []
-    ):  # scripts/tokenize_text.py writes the tokenizer.json it used beside
-        made = Path(data_path).parent / "tokenizer.json"
-        if datafolder.folder_of(data_path) is None and made.is_file():
+    paths = [str(p) for p in cfg.data.paths or []]
+    folders = datafolder.data_folders(paths, fetch_file)
+    for data_path in paths:  # scripts/tokenize_text.py writes the tokenizer.json it used beside
+        folder = datafolder.folder_of(data_path)
+        if folder not in folders and (made := fetch_file(f"{folder}/tokenizer.json")):
             if difference := vocabulary_difference(made, path):
-                problems.append(f"data.paths: {data_path} was made with {made}, another tokenizer than "
-                                f"tokenizer.identifier={path} ({difference}): tokenize it with the model's "
+                problems.append(f"data.paths: {data_path} was made with {folder}/tokenizer.json, another tokenizer "
+                                f"than tokenizer.identifier={path} ({difference}): tokenize it with the model's "
                                 "tokenizer")  # fmt: skip
-    for folder in dict.fromkeys(f for p in cfg.data.paths or [] if (f := datafolder.folder_of(p))):
-        data = datafolder.manifest(folder)
+    for folder in folders:
+        data = datafolder.manifest(folder, fetch_file)
         fix = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
         if data["eos_token_id"] != cfg.model.eos_token_id:
             problems.append(f"{folder} ends documents with id {data['eos_token_id']}, but model.eos_token_id="
                             f"{cfg.model.eos_token_id}: {fix}")  # fmt: skip
-        elif difference := vocabulary_difference(folder / data["tokenizer"], path):
+        elif (made := fetch_file(f"{folder}/{data['tokenizer']}")) is None:
+            problems.append(f"{folder}/{data['tokenizer']} is missing: the tokenizer {folder} was made with (its "
+                            f"data.json names it): {fix}")  # fmt: skip
+        elif difference := vocabulary_difference(made, path):
             problems.append(f"{folder} was made with another tokenizer than tokenizer.identifier={path} "
                             f"({difference}): {fix}")  # fmt: skip
     return problems

@@ -41,7 +41,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..datafolder import DATA_FORMAT, MANIFEST, STATE, TOKENIZER, shard_documents_name
+from ..datafolder import DATA_FORMAT, MANIFEST, STARTED, STATE, TOKENIZER, shard_documents_name
 from ..errors import RepoError
 from ..output import write_file
 from .inputs import Inputs, common_root, record_problem, resolve_inputs
@@ -160,13 +160,11 @@ def _check_output(out: DataFolder, settings: Settings) -> None:
             f"--output {out.path} holds files this command does not write ({', '.join(foreign[:5])}): choose "
             "another folder"
         )
-    if names and not out.isfile(f"{STATE}/settings.json"):
-        raise RepoError(
-            f"--output {out.path} holds shards but no {STATE}/settings.json: choose another folder"
-        )
+    if names and not out.isfile(STARTED):
+        raise RepoError(f"--output {out.path} holds shards but no {STARTED}: choose another folder")
     if not names:
         return
-    recorded = _read_json(out, f"{STATE}/settings.json")
+    recorded = _read_json(out, STARTED)
     for key, value in asdict(settings).items():
         if recorded.get(key) != value:
             was = recorded.get(key)
@@ -254,7 +252,7 @@ def plan(
     out = _folder(output.rstrip("/"))
     _check_output(out, settings)
     ranks = _ranks(tasks, nodes, node_rank)
-    if out.exists(f"{STATE}/settings.json"):
+    if out.exists(STARTED):
         for rank in ranks:
             if _done(out, rank) and (damage := _damaged(out, rank)):
                 print(f"{output}: task {rank}: {damage}; it is redone", file=sys.stderr)
@@ -269,7 +267,7 @@ def plan(
 def execute(plan: Plan) -> None:
     """Record the plan's settings, input lists and tokenizer in its folder, then run its tasks still to do."""
     out = _folder(plan.output)
-    _write(out, f"{STATE}/settings.json", json.dumps(asdict(plan.settings), indent=1))
+    _write(out, STARTED, json.dumps(asdict(plan.settings), indent=1))
     for kind in ("jsonl", "parquet"):
         listed = [f[len(plan.root) + 1 :] for f in getattr(plan.files, kind)]
         _write(out, f"{STATE}/{kind}.txt", "".join(f"{p}\n" for p in listed))
@@ -481,11 +479,9 @@ def join(output: str) -> Prepared:
     """Check every task's shards and write `data.json` (what the trainers read); `RepoError` naming what is not
     done or not whole (nothing written then)."""
     out = _folder(output.rstrip("/"))
-    if not out.isfile(f"{STATE}/settings.json"):
-        raise RepoError(
-            f"--output {output} is not a folder of scripts/prepare_data.py (no {STATE}/settings.json)"
-        )
-    settings = _read_json(out, f"{STATE}/settings.json")
+    if not out.isfile(STARTED):
+        raise RepoError(f"--output {output} is not a folder of scripts/prepare_data.py (no {STARTED})")
+    settings = _read_json(out, STARTED)
     missing = [r for r in range(settings["tasks"]) if not _done(out, r)]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")

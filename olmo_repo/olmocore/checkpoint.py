@@ -25,9 +25,11 @@ from olmo_core.distributed.checkpoint import (
     load_model_and_optim_state,
     save_model_and_optim_state,
 )
+from olmo_core.io import file_exists, is_url, resource_path
 from olmo_core.nn.transformer import Transformer, TransformerConfig
 from torch.distributed.checkpoint.metadata import Metadata
 
+from .. import datafolder
 from ..errors import CorruptFileError, RepoError, command
 from ..integrity import file_problem, latest_intact
 from ..upstream.olmo_core import truncated_files
@@ -126,6 +128,16 @@ def latest_intact_checkpoint(folder: str | Path, move_aside: bool = True) -> Pat
         reverse=True,
     )
     return latest_intact(folder, steps, checkpoint_problems, move_aside)
+
+
+def fetch_file(path: str) -> Path | None:
+    """`datafolder.Fetch` through OLMo-core's I/O: a local file, or a URL's copy in its download cache."""
+    if not is_url(path):
+        return datafolder.local_file(path)
+    if not file_exists(path):
+        return None
+    folder, _, name = path.rpartition("/")
+    return Path(resource_path(folder, name))
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from olmo_core.config import DType
-from olmo_core.io import file_exists, is_url, join_path, resource_path
+from olmo_core.io import is_url
 from tokenizers import Tokenizer
 from transformers import (
     PreTrainedTokenizerFast,
@@ -59,10 +59,10 @@ def recorded_stock(path: str | Path) -> dict[str, Any] | None:
     continues (`HF_CONFIG`), as a run carries it; None where it records none (a model trained from scratch, or a
     checkpoint of no config)."""
     if is_url(str(path)):
-        if not file_exists(join_path(str(path), checkpoint.CONFIG)):
+        url = f"{str(path).rstrip('/')}/{checkpoint.CONFIG}"
+        if (file := checkpoint.fetch_file(url)) is None:
             return None
-        data = Path(resource_path(str(path), checkpoint.CONFIG)).read_bytes()
-        config = checkpoint.parse_config(data, f"{str(path).rstrip('/')}/{checkpoint.CONFIG}")
+        config = checkpoint.parse_config(file.read_bytes(), url)
     elif (Path(path) / checkpoint.CONFIG).is_file():
         config = checkpoint.read_config(path)
     else:

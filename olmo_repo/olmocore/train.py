@@ -66,7 +66,7 @@ from ..rope import position_stats, set_index_blend
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig, repo_attention
-from .checkpoint import CONFIG, latest_intact_checkpoint, read_config
+from .checkpoint import CONFIG, fetch_file, latest_intact_checkpoint, read_config
 from .hf import HF_CONFIG, recorded_stock
 from .niah import NiahCallbackConfig
 from .stage1 import check_stage1, load_stage1
@@ -162,8 +162,7 @@ def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train
     root = data_root.rstrip("/")
     dataset = config.dataset
     tokenizer = dataset.tokenizer
-    if (Path(root) / datafolder.MIX).is_file():
-        mix = datafolder.mix(root)
+    if (mix := datafolder.mix(root, fetch_file)) is not None:
         sources = [
             SourceMixtureConfig(
                 source_name=s["source_name"],
@@ -187,11 +186,11 @@ def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train
             dtype=NumpyDatasetDType.uint32,
             work_dir=dataset.work_dir,
         )
-        tokenizer.identifier = f"{root}/{mix['tokenizer']}"
-    elif datafolder.is_data_folder(root):  # manifest() says when it is unfinished
-        data = datafolder.manifest(root)
+        tokenizer.identifier = _local_copy(f"{root}/{mix['tokenizer']}")
+    elif datafolder.is_data_folder(root, fetch_file):  # manifest() says when it is unfinished
+        data = datafolder.manifest(root, fetch_file)
         dataset.paths = datafolder.data_paths(root, data)
-        tokenizer.identifier = f"{root}/{data['tokenizer']}"
+        tokenizer.identifier = _local_copy(f"{root}/{data['tokenizer']}")
     else:
         dataset.paths = [f"{root}/{default}"]
     config.dataset.dtype = NumpyDatasetDType.uint32  # both commands'
@@ -199,6 +198,12 @@ def on_data_root(config: ExperimentConfig, data_root: str, default: str = "train
         if isinstance(callback, NiahCallbackConfig):
             callback.tokenizer = tokenizer
     return config
+
+
+def _local_copy(path: str) -> str:
+    """A tokenizer file a data root records, as a local path: a URL's copy (what the checks before step 0 compare
+    and in-loop NIAH reads)."""
+    return str(fetch_file(path) or path) if is_url(path) else path
 
 
 def _data_paths(dataset: NumpyDatasetConfig) -> list[str]:
@@ -374,10 +379,13 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
             )
         return
     ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
-    for path in _data_paths(config.dataset):  # what tokenize_text.py's folder records (prepare_data.py's:
-        if datafolder.folder_of(path) is None:  # `_check_data_folders`)
-            made = Path(path).parent / "tokenizer.json"
-            ours[f"dataset.paths: {path} was made with {made}, which"] = made
+    paths = _data_paths(config.dataset)
+    folders = set(datafolder.data_folders(paths, fetch_file))  # prepare_data.py's: `_check_data_folders`
+    for path in paths:  # what tokenize_text.py's folder records
+        if (folder := datafolder.folder_of(path)) not in folders and (
+            made := fetch_file(f"{folder}/tokenizer.json")
+        ):
+            ours[f"dataset.paths: {path} was made with {folder}/tokenizer.json, which"] = made
     for what, file in ours.items():
         if file.is_file() and (difference := vocabulary_difference(file, theirs)):
             raise RepoError(
@@ -390,9 +398,7 @@ def _check_data_folders(config: ExperimentConfig) -> None:
     and made with the model's tokenizer: the tokenizer.json it records has the ids of the checkpoint's (of
     `dataset.tokenizer.identifier` without a local `load_path`), its end id is the dataset tokenizer's, and the
     model embeds its vocabulary (`olmo_repo.vocab`). `RepoError` naming the folder."""
-    folders = dict.fromkeys(
-        f for p in _data_paths(config.dataset) if not is_url(p) and (f := datafolder.folder_of(p))
-    )
+    folders = datafolder.data_folders(_data_paths(config.dataset), fetch_file)
     theirs, of = Path(config.dataset.tokenizer.identifier), "dataset.tokenizer.identifier"
     if (
         config.load_path
@@ -403,9 +409,9 @@ def _check_data_folders(config: ExperimentConfig) -> None:
         if recorded.get("identifier"):
             theirs, of = Path(recorded["identifier"]), f"load_path={config.load_path}"
     for folder in folders:
-        data = datafolder.manifest(folder)
+        data = datafolder.manifest(folder, fetch_file)
         made, fix = (
-            folder / data["tokenizer"],
+            f"{folder}/{data['tokenizer']}",
             "make it with the model's tokenizer (scripts/prepare_data.py --model)",
         )
         if data["eos_token_id"] != config.dataset.tokenizer.eos_token_id:
@@ -418,7 +424,12 @@ def _check_data_folders(config: ExperimentConfig) -> None:
                 f"{folder} was made with a tokenizer of {data['vocab_size']} tokens, more than model.vocab_size="
                 f"{config.model.vocab_size}: {fix}"
             )
-        if theirs.is_file() and (difference := vocabulary_difference(made, theirs)):
+        copy = fetch_file(made)
+        if copy is None:
+            raise RepoError(
+                f"{made} is missing: the tokenizer {folder} was made with (its data.json names it): {fix}"
+            )
+        if theirs.is_file() and (difference := vocabulary_difference(copy, theirs)):
             raise RepoError(
                 f"{folder} was made with {made}, not the tokenizer of {of} ({theirs}: {difference}): {fix}"
             )

@@ -31,6 +31,7 @@ def _folder(root: Path, tokenizer: Path = BASE_DIR / "tokenizer.json", eos: int 
     )
     shutil.copyfile(tokenizer, root / "tokenizer.json")
     (root / ".prepare").mkdir()
+    (root / ".prepare" / "settings.json").write_text("{}")  # the run's first file
     shard = {"path": "part-00000-00000.npy", "tokens": 64 * 512, "documents": 1}
     manifest = {"format": DATA_FORMAT, "tokenizer": "tokenizer.json", "eos_token_id": eos, "vocab_size": 4096,
                 "dtype": "uint32", "tokens": 64 * 512, "documents": 1, "settings": {}, "shards": [shard]}  # fmt: skip
@@ -87,3 +88,43 @@ def test_a_source_made_with_another_tokenizer_or_end_id_or_unfinished_is_named(t
     (tmp_path / "eos" / "data.json").unlink()  # a run not finished (or not joined): its manifest is missing
     with pytest.raises(RepoError, match=r"eos has no data.json: not a finished data folder"):
         _config(tmp_path / "eos", tmp_path / "run3")
+
+
+def test_a_mix_on_s3_is_read_and_checked_as_a_local_one(tmp_path, monkeypatch):
+    """`--data-root=s3://...` (prepare_data.py writes there too): the mix's sources read from the bucket, its
+    tokenizer as a local copy, and a source made with another tokenizer named before step 0, as locally."""
+    import boto3
+
+    from ..s3_server import loopback_s3
+
+    other = tmp_path / "other.json"  # the demo's tokenizer with two tokens' ids swapped
+    data = json.loads((BASE_DIR / "tokenizer.json").read_text())
+    (a, i), (b, j) = list(data["model"]["vocab"].items())[100:102]
+    data["model"]["vocab"][a], data["model"]["vocab"][b] = j, i
+    other.write_text(json.dumps(data))
+    _mix(tmp_path / "good")
+    _mix(tmp_path / "bad", other)
+    with loopback_s3() as env:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="data")
+        for file in (tmp_path / "good").rglob("*"):
+            for mix in ("good", "bad"):
+                local = tmp_path / mix / file.relative_to(tmp_path / "good")
+                if local.is_file():
+                    s3.upload_file(str(local), "data", f"{mix}/{local.relative_to(tmp_path / mix)}")
+        config = _config("s3://data/good/", tmp_path / "run")
+        sources = config.dataset.source_mixture_config.source_list.sources
+        assert [s.paths for s in sources] == [[f"s3://data/good/{s}/part-00000-00000.npy"] for s in "ab"]
+        copy = Path(config.dataset.tokenizer.identifier)  # what in-loop NIAH and the checks read
+        assert copy.is_file() and copy.read_bytes() == (BASE_DIR / "tokenizer.json").read_bytes()
+        check_experiment(config, world_size=2)
+
+        config = _config("s3://data/bad", tmp_path / "run2")
+        with pytest.raises(RepoError, match=r"^s3://data/bad/b was made with s3://data/bad/b/tokenizer.json, not "
+                           r"the tokenizer of dataset.tokenizer.identifier.*2 of 4096 tokens differ"):  # fmt: skip
+            check_experiment(config, world_size=2)
+        s3.delete_object(Bucket="data", Key="bad/b/data.json")  # unfinished (or not joined)
+        with pytest.raises(RepoError, match=r"^s3://data/bad/b has no data.json: not a finished data folder"):
+            check_experiment(_config("s3://data/bad", tmp_path / "run3"), world_size=2)
