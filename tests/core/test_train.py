@@ -43,7 +43,7 @@ KNOBS = (  # issue 48's: f_phi's own lr and weight decay (the base's: 0.1), the 
 
 def _command(
     save_folder: Path | str,
-    data: Path,
+    data: Path | str,
     stage1: Path | str,
     steps: int = STEPS,
     launcher: bool = False,
@@ -185,8 +185,8 @@ def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys)
 
 
 def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
-    """OLMo-core's own S3 I/O against a real S3-compatible server: stage-1 initialisation from an s3:// load_path,
-    checkpoints written to an s3:// save folder carrying the stock HF config the bucket's stage 1 records (what
+    """OLMo-core's own S3 I/O against a real S3-compatible server: the data read from an s3:// data root, stage-1
+    initialisation from an s3:// load_path, checkpoints written to an s3:// save folder carrying the stock HF config the bucket's stage 1 records (what
     the conversion back to HF keeps), and a rerun that resumes from the bucket."""
     import boto3
 
@@ -202,9 +202,13 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
         for file in (f for f in stage1.rglob("*") if f.is_file()):
             s3.upload_file(str(file), "ckpts", f"stage1/{file.relative_to(stage1)}")
         s3.upload_file(str(stage1.parent / "base" / "config.json"), "ckpts", "stage1/config.json")
+        for (
+            file
+        ) in data.iterdir():  # the data root on S3 too: its stage2.npy and the tokenizer.json beside it
+            s3.upload_file(str(file), "ckpts", f"data/{file.name}")
 
         def run(steps: int) -> str:
-            command = _command("s3://ckpts/runs/tiny", data, "s3://ckpts/stage1", steps)
+            command = _command("s3://ckpts/runs/tiny", "s3://ckpts/data", "s3://ckpts/stage1", steps)
             _run([*command, f"--work-dir={work}"], log, **env)
             return log.read_text()
 
@@ -214,6 +218,9 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
         assert {f"runs/tiny/step{step}/model_and_optim/.metadata" for step in (2, 4)} <= keys
         saved = json.loads(s3.get_object(Bucket="ckpts", Key="runs/tiny/step4/config.json")["Body"].read())
         assert saved[HF_CONFIG] == stock
+        assert saved["dataset"]["paths"] == [
+            "s3://ckpts/data/stage2.npy"
+        ]  # read there, not from a local copy
 
         text = run(6)
         # Resumed from the bucket, not restarted from stage 1.
