@@ -25,6 +25,7 @@ fetch_file`, `olmo_repo.ai2olmo.config.fetch_file`); `local_file` reads local pa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ __all__ = [
     "MANIFEST",
     "MIX",
     "MIX_FORMAT",
+    "SHARD",
+    "STORES",
     "STARTED",
     "STATE",
     "TOKENIZER",
@@ -55,6 +58,8 @@ __all__ = [
 MANIFEST = "data.json"
 STATE = ".prepare"
 """A data folder's run state (settings, datatrove's logs): present from the run's start, before data.json."""
+SHARD = re.compile(r"part-\d{5}-\d{5}\.npy")
+"""A shard's name: `part-TASK-N.npy`."""
 STARTED = f"{STATE}/settings.json"
 """The run's settings: the first file a run writes."""
 MIX = "mix.json"
@@ -65,6 +70,15 @@ MIX_FORMAT = "olmo-repo-mix/1"
 Fetch = Callable[[str], "Path | None"]
 """A file by its local path or URL, as a local file (a URL's copy downloaded by the backend), or None where there
 is none."""
+
+
+STORES = ("s3://", "gs://", "r2://", "weka://")
+"""The object stores a folder may be in besides local disk (where scripts/prepare_data.py writes): an http(s) URL
+is never looked up as one (OLMo's data site holds files only)."""
+
+
+def _may_hold(folder: str) -> bool:
+    return "://" not in folder or folder.startswith(STORES)
 
 
 def local_file(path: str) -> Path | None:
@@ -105,7 +119,7 @@ def manifest(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any]:
 def mix(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any] | None:
     """A mix folder's `mix.json`, or None where `folder` has none (not a mix folder)."""
     path = f"{str(folder).rstrip('/')}/{MIX}"
-    if (file := fetch(path)) is None:
+    if not _may_hold(path) or (file := fetch(path)) is None:
         return None
     return parse(file.read_text(encoding="utf-8"), path, MIX_FORMAT)
 
@@ -124,7 +138,7 @@ def is_data_folder(folder: str | Path, fetch: Fetch = local_file) -> bool:
     """Whether a folder is a data folder of scripts/prepare_data.py: finished, or (local) started and not
     finished (`manifest` then says which)."""
     folder = str(folder).rstrip("/")
-    return (
+    return _may_hold(folder) and (
         fetch(f"{folder}/{MANIFEST}") is not None
         or (Path(folder) / STATE).is_dir()
         or fetch(f"{folder}/{STARTED}") is not None  # a URL has no folders: the file a run writes first
@@ -138,6 +152,9 @@ def folder_of(path: str) -> str:
 
 def data_folders(paths: Iterable[str], fetch: Fetch = local_file) -> list[str]:
     """The data folders of scripts/prepare_data.py that shards in `paths` belong to, once each, in order (each
-    folder looked up once, however many of its shards are listed)."""
-    folders = dict.fromkeys(folder_of(str(p)) for p in paths)
+    folder looked up once, however many of its shards are listed). A URL's folder is looked up only for a file
+    named as a shard (`SHARD`): the thousands of remote files of OLMo's own mixes cost no request."""
+    folders = dict.fromkeys(
+        folder_of(str(p)) for p in paths if "://" not in str(p) or SHARD.fullmatch(str(p).rpartition("/")[2])
+    )
     return [folder for folder in folders if is_data_folder(folder, fetch)]

@@ -237,6 +237,9 @@ def _read_data_folders(data: DataConfig) -> None:
     paths: list[str] = []
     for path in data.paths or []:
         root = str(path).rstrip("/")
+        if root.endswith(".npy"):  # a file (OLMo's mixes list thousands, remote): not looked up as a folder
+            paths.append(path)
+            continue
         if (mix := datafolder.mix(root, fetch_file)) is not None:
             paths += datafolder.ai2_olmo_paths(root, mix)
         elif datafolder.is_data_folder(root, fetch_file):  # manifest() says when it is unfinished

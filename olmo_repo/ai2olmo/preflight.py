@@ -158,9 +158,9 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
     problems = []
     paths = [str(p) for p in cfg.data.paths or []]
     folders = datafolder.data_folders(paths, fetch_file)
-    for data_path in paths:  # scripts/tokenize_text.py writes the tokenizer.json it used beside
+    for data_path in paths:  # scripts/tokenize_text.py writes the tokenizer.json it used beside (local files)
         folder = datafolder.folder_of(data_path)
-        if folder not in folders and (made := fetch_file(f"{folder}/tokenizer.json")):
+        if folder not in folders and (made := datafolder.local_file(f"{folder}/tokenizer.json")):
             if difference := vocabulary_difference(made, path):
                 problems.append(f"data.paths: {data_path} was made with {folder}/tokenizer.json, another tokenizer "
                                 f"than tokenizer.identifier={path} ({difference}): tokenize it with the model's "

@@ -381,9 +381,9 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
     ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
     paths = _data_paths(config.dataset)
     folders = set(datafolder.data_folders(paths, fetch_file))  # prepare_data.py's: `_check_data_folders`
-    for path in paths:  # what tokenize_text.py's folder records
+    for path in paths:  # what tokenize_text.py's folder records (local files)
         if (folder := datafolder.folder_of(path)) not in folders and (
-            made := fetch_file(f"{folder}/tokenizer.json")
+            made := datafolder.local_file(f"{folder}/tokenizer.json")
         ):
             ours[f"dataset.paths: {path} was made with {folder}/tokenizer.json, which"] = made
     for what, file in ours.items():

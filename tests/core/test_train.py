@@ -202,9 +202,7 @@ def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
         for file in (f for f in stage1.rglob("*") if f.is_file()):
             s3.upload_file(str(file), "ckpts", f"stage1/{file.relative_to(stage1)}")
         s3.upload_file(str(stage1.parent / "base" / "config.json"), "ckpts", "stage1/config.json")
-        for (
-            file
-        ) in data.iterdir():  # the data root on S3 too: its stage2.npy and the tokenizer.json beside it
+        for file in data.iterdir():  # the data root on S3 too (stage2.npy, tokenizer.json)
             s3.upload_file(str(file), "ckpts", f"data/{file.name}")
 
         def run(steps: int) -> str:
