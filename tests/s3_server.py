@@ -1,20 +1,25 @@
-"""A real S3-compatible server (moto) on loopback, for the tests of s3:// paths on both trainers."""
+"""A real S3-compatible server (moto) on loopback, for the tests of s3:// paths on both trainers.
+
+One server per test process, emptied through moto's reset API at each use: ai2-olmo and OLMo-core cache their
+S3 client per process with the endpoint it was made with (`functools.cache`), so a second server on another port
+would be unreachable to every in-process test after the first (a CI failure of 32bd255: connection refused)."""
 
 from __future__ import annotations
 
+import atexit
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+_port: int | None = None
 
-@contextmanager
-def loopback_s3() -> Iterator[dict[str, str]]:
-    """Start `moto_server` on a free loopback port; yields the environment that points boto3 (ai2-olmo's and
-    OLMo-core's S3 clients alike) at it, with dummy credentials."""
+
+def _start() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -23,23 +28,33 @@ def loopback_s3() -> Iterator[dict[str, str]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    atexit.register(lambda: (server.terminate(), server.wait()))
+    deadline = time.monotonic() + 30
+    while True:
+        assert server.poll() is None, "moto_server exited at its start (port taken?)"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return port
+        except OSError:
+            assert time.monotonic() < deadline, "moto_server did not start"
+            time.sleep(0.1)
+
+
+@contextmanager
+def loopback_s3() -> Iterator[dict[str, str]]:
+    """This process's `moto_server`, emptied; yields the environment that points boto3 (ai2-olmo's and
+    OLMo-core's S3 clients alike) at it, with dummy credentials."""
+    global _port
+    if _port is None:
+        _port = _start()
+    endpoint = f"http://127.0.0.1:{_port}"
+    urllib.request.urlopen(
+        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30
+    ).close()
+    yield {
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
         "OLMO_NO_SSL": "1",
     }
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                time.sleep(0.1)
-        yield env
-    finally:
-        server.terminate()
-        server.wait()
