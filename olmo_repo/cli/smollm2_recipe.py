@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from ..eval.variants import parse_lengths
+from ..eval.variants import VARIANTS, parse_lengths
 from . import require_extras, run
 
 __all__ = ["main"]
@@ -121,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     variants = tuple(v for v in args.variants.split(",") if v)
+    if (unknown := [v for v in variants if v not in VARIANTS]) or not variants:
+        parser.error(f"--variants {args.variants}: {'unknown ' + ', '.join(unknown) if unknown else 'none given'}; "
+                     f"allowed: {', '.join(VARIANTS)}")  # fmt: skip
     names = [a for a in args.arms.split(",") if a]
-    if unknown := [a for a in names if a not in KNOWN_ARMS] or not names or len(set(names)) < len(names):
-        parser.error(f"--arms {args.arms}: {'unknown ' + ', '.join(unknown) if unknown else 'each arm once'}; "
+    if (unknown := [a for a in names if a not in KNOWN_ARMS]) or not names or len(set(names)) < len(names):
+        parser.error(f"--arms {args.arms}: {'unknown ' + ', '.join(unknown) if unknown else 'each arm once' if names else 'none given'}; "
                      f"allowed: {', '.join(KNOWN_ARMS)}")  # fmt: skip
     for flag, value in (("--steps", args.steps), ("--samples", args.samples), ("--procs", args.procs),
                         ("--heldout-topics", args.heldout_topics), ("--lengths", min(lengths))):  # fmt: skip
@@ -135,10 +138,6 @@ def main(argv: list[str] | None = None) -> int:
 
         check_checkout()  # before the extras: a pip install has no recipe to run
         require_extras("olmo-core", "eval")
-        from ..eval.niah import VARIANTS  # after the arguments: imports lm-eval
-
-        if unknown := [v for v in variants if v not in VARIANTS]:
-            raise ValueError(f"--variants: unknown {', '.join(unknown)}; allowed: {', '.join(VARIANTS)}")
         options = Recipe(
             args.steps, args.heldout_topics, lengths, variants, args.samples, args.procs, args.model,
             tuple(KNOWN_ARMS[name] for name in names),

@@ -17,6 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from olmo_repo.cli import smollm2_recipe
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.output import PNG_SIGNATURE
 from olmo_repo.recipe import heldout_loss
@@ -129,18 +130,40 @@ def test_too_few_heldout_tokens_are_refused_before_any_training(smollm2_dir, tmp
     assert not (out / "run-repo").exists() and not (out / "core-stock").exists()
 
 
-def test_a_missing_model_directory_is_refused_and_nothing_is_made_there(tmp_path):
-    done = _run(str(tmp_path / "recipe"), f"--model={tmp_path / 'nope'}", *SMALLEST)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
-    assert f"--model {tmp_path / 'nope'} does not exist" in done.stderr
+def test_a_missing_model_directory_is_refused_and_nothing_is_made_there(tmp_path, capsys):
+    code = smollm2_recipe.main([str(tmp_path / "recipe"), f"--model={tmp_path / 'nope'}", *SMALLEST])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"--model {tmp_path / 'nope'} does not exist" in err
     assert not (tmp_path / "nope").exists() and not (tmp_path / "recipe").exists()
 
 
-def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path):
+def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    done = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
-    assert "smollm2_recipe.py: error:" in done.stderr and str(out) in done.stderr
+    code = smollm2_recipe.main([str(out), f"--model={smollm2_dir}", *SMALLEST])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("smollm2_recipe.py: error:") and str(out) in err
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    "flag, says",
+    [
+        (
+            "--variants=niah_single_1,niah_bogus",
+            "--variants niah_single_1,niah_bogus: unknown niah_bogus; allowed: ",
+        ),
+        ("--variants=,", "--variants ,: none given; allowed: "),
+        ("--arms=,", "--arms ,: none given; allowed: "),
+        ("--arms=repo,repo", "--arms repo,repo: each arm once; allowed: "),
+    ],
+)
+def test_bad_variants_or_arms_are_a_usage_error_before_anything_is_written(flag, says, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        smollm2_recipe.main([str(tmp_path / "recipe"), flag])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"smollm2_recipe.py: error: {says}")
+    assert not (tmp_path / "recipe").exists()
