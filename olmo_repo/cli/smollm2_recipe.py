@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"allowed: {', '.join(VARIANTS)}")  # fmt: skip
     names = [a for a in args.arms.split(",") if a]
     if (unknown := [a for a in names if a not in KNOWN_ARMS]) or not names or len(set(names)) < len(names):
-        parser.error(f"--arms {args.arms}: {'unknown ' + ', '.join(unknown) if unknown else 'each arm once' if names else 'none given'}; "
-                     f"allowed: {', '.join(KNOWN_ARMS)}")  # fmt: skip
+        why = "unknown " + ", ".join(unknown) if unknown else "each arm once" if names else "none given"
+        parser.error(f"--arms {args.arms}: {why}; allowed: {', '.join(KNOWN_ARMS)}")
     for flag, value in (("--steps", args.steps), ("--samples", args.samples), ("--procs", args.procs),
                         ("--heldout-topics", args.heldout_topics), ("--lengths", min(lengths))):  # fmt: skip
         if value < 1:

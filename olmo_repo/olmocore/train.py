@@ -380,12 +380,9 @@ def _check_tokenizer(config: ExperimentConfig) -> None:
         return
     ours = {f"dataset.tokenizer.identifier={data.identifier}": Path(data.identifier)}
     paths = _data_paths(config.dataset)
-    folders = set(datafolder.data_folders(paths, fetch_file))  # prepare_data.py's: `_check_data_folders`
-    for path in paths:  # what tokenize_text.py's folder records (local files)
-        if (folder := datafolder.folder_of(path)) not in folders and (
-            made := datafolder.local_file(f"{folder}/tokenizer.json")
-        ):
-            ours[f"dataset.paths: {path} was made with {folder}/tokenizer.json, which"] = made
+    folders = datafolder.data_folders(paths, fetch_file)  # prepare_data.py's: `_check_data_folders`
+    for path, folder, made in datafolder.beside_tokenizers(paths, folders):  # tokenize_text.py's
+        ours[f"dataset.paths: {path} was made with {folder}/tokenizer.json, which"] = made
     for what, file in ours.items():
         if file.is_file() and (difference := vocabulary_difference(file, theirs)):
             raise RepoError(
@@ -410,10 +407,7 @@ def _check_data_folders(config: ExperimentConfig) -> None:
             theirs, of = Path(recorded["identifier"]), f"load_path={config.load_path}"
     for folder in folders:
         data = datafolder.manifest(folder, fetch_file)
-        made, fix = (
-            f"{folder}/{data['tokenizer']}",
-            "make it with the model's tokenizer (scripts/prepare_data.py --model)",
-        )
+        made, fix = f"{folder}/{data['tokenizer']}", datafolder.REMAKE
         if data["eos_token_id"] != config.dataset.tokenizer.eos_token_id:
             raise RepoError(
                 f"{folder} ends documents with id {data['eos_token_id']}, but dataset.tokenizer.eos_token_id="
@@ -424,11 +418,7 @@ def _check_data_folders(config: ExperimentConfig) -> None:
                 f"{folder} was made with a tokenizer of {data['vocab_size']} tokens, more than model.vocab_size="
                 f"{config.model.vocab_size}: {fix}"
             )
-        copy = fetch_file(made)
-        if copy is None:
-            raise RepoError(
-                f"{made} is missing: the tokenizer {folder} was made with (its data.json names it): {fix}"
-            )
+        copy = datafolder.recorded_tokenizer(folder, data, fetch_file)
         if theirs.is_file() and (difference := vocabulary_difference(copy, theirs)):
             raise RepoError(
                 f"{folder} was made with {made}, not the tokenizer of {of} ({theirs}: {difference}): {fix}"
