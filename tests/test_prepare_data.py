@@ -345,6 +345,20 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
     problems = _check_tokenizer(RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"]))
     assert len(problems) == 1 and f"{one} was made with another tokenizer" in problems[0]
 
+    lost = tmp_path / "lost"  # the tokenizer its data.json names is gone: said, as on OLMo-core
+    shutil.copytree(one, lost)
+    (lost / json.loads((lost / "data.json").read_text())["tokenizer"]).unlink()
+    lost_overrides = [
+        f"data_prefix={lost}",
+        f"data.paths=[{lost}]",
+        f"tokenizer.identifier={BASE_DIR / 'tokenizer.json'}",
+    ]
+    problems = _check_tokenizer(RepoTrainConfig.load(config, lost_overrides))
+    assert problems == [
+        f"{lost}/tokenizer.json is missing: the tokenizer {lost} was made with (its data.json names it): make it "
+        "with the model's tokenizer (scripts/prepare_data.py --model)"
+    ]
+
 
 def test_ai2_olmo_reads_a_data_folder_on_s3_and_checks_its_tokenizer(corpus, tmp_path, monkeypatch):
     """`data.paths=[s3://...]` naming a data folder (prepare_data.py writes to S3 too) stands for its shards there,

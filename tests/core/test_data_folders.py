@@ -79,6 +79,13 @@ def test_a_source_made_with_another_tokenizer_or_end_id_or_unfinished_is_named(t
                        r"the tokenizer of dataset.tokenizer.identifier.*2 of 4096 tokens differ"):  # fmt: skip
         check_experiment(config, world_size=2)
 
+    (
+        tmp_path / "mix" / "b" / "tokenizer.json"
+    ).unlink()  # the tokenizer its data.json names: said, as on ai2-olmo
+    with pytest.raises(RepoError, match=rf"^{tmp_path}/mix/b/tokenizer.json is missing: the tokenizer "
+                       rf"{tmp_path}/mix/b was made with \(its data.json names it\): make it with the model's"):  # fmt: skip
+        check_experiment(_config(tmp_path / "mix", tmp_path / "run1"), world_size=2)
+
     config = _config(_folder(tmp_path / "eos", eos=1), tmp_path / "run2")
     with pytest.raises(
         RepoError, match=r"eos ends documents with id 1, but dataset.tokenizer.eos_token_id=0"
