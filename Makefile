@@ -11,7 +11,7 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
-.PHONY: install system-deps test test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
+.PHONY: install system-deps test test-long test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
 .PHONY: install-core test-core bench-core install-data test-data bench-data
 
 install: $(VENV)/.installed
@@ -32,6 +32,9 @@ system-deps:
 
 # pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
 PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+# Which tests the sessions run: `make test` all but the long end-to-end runs (marked `long`), `make test-long`
+# those alone (docs/setup.md lists them and says when to run them).
+TIER ?= not long
 
 # The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
 # two workers each, one cores lock for both (tests/suite.py), so that the longer leaves no core idle at its end.
@@ -41,15 +44,23 @@ test:
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
-	$(BIN)/python $(PYTEST)
+	$(MAKE) sessions
+
+# The long end-to-end runs, outside `make test` and CI (~15 min on 2 cores): the same three sessions, TIER=long.
+test-long:
+	$(MAKE) -j4 system-deps install install-vllm install-core install-data
+	$(MAKE) sessions TIER=long
+
+.PHONY: sessions suite-vllm suite-core
+sessions:
+	$(BIN)/python $(PYTEST) -m "$(TIER)"
 	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-vllm suite-core; \
 	  status=$$?; rm -rf "$$cores"; exit $$status
 
-.PHONY: suite-vllm suite-core
 suite-vllm:
-	$(VBIN)/python $(PYTEST) --confcutdir tests/vllm tests/vllm
+	$(VBIN)/python $(PYTEST) -m "$(TIER)" --confcutdir tests/vllm tests/vllm
 suite-core:
-	$(CBIN)/python $(PYTEST) --confcutdir tests/core tests/core
+	$(CBIN)/python $(PYTEST) -m "$(TIER)" --confcutdir tests/core tests/core
 
 # The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the
 # RePo core, the mode rule, configs, conversion round trips and bad input on every backend; no training run,

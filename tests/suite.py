@@ -41,19 +41,17 @@ CORES_DIR = (
 
 # Files started first, longest first (their share of a `make test` run: `--durations` of `make test`).
 FIRST = [
-    "test_smollm2_recipe.py",  # the OLMo-core session's longest (~5.5 min), so its other worker takes the rest
-    "test_demo_rerun.py",
-    "test_demo_kill.py",
+    "test_demo_rerun.py",  # the finished demo, ~100 s: the other worker meanwhile runs files without `procs` tests
     "test_inloop_niah.py",
-    "test_train_cli.py",
     "test_eval.py",
-    "test_demo.py",
-    "test_slurm.py",
+    "test_train_cli.py",
     "test_train_fsdp.py",
-    "test_train.py",
+    "test_bench.py",
+    "test_train.py",  # the OLMo-core session's longest, then its two-process ones
+    "test_parity_olmo.py",
     "test_smollm2_core.py",
+    "test_vllm.py",  # the vLLM session's longest
     "test_vllm_serving.py",
-    "test_vllm.py",
 ]
 
 if WORKER is not None:

@@ -11,7 +11,7 @@ import pytest
 from .demo_killed import FIRST_SECTION
 from .demo_runs import STAGES, done, headings, outputs, run_demo, skipped, timeless
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_a_demo_killed_at_every_stage_boundary_ends_as_an_uninterrupted_one(request, tmp_path):

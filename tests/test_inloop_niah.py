@@ -254,6 +254,7 @@ def _eval_metrics(cmd: list[str], save: Path) -> dict[str, float]:
     return {k: v for k, v in records[0].items() if k.startswith("eval/")}
 
 
+@pytest.mark.long
 @pytest.mark.procs
 def test_sharded_over_ranks_equals_one_process_under_ddp_and_fsdp(data, tmp_path):
     results = {}

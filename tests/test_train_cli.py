@@ -214,7 +214,6 @@ def test_a_worker_that_fails_after_the_checks_is_one_line_from_the_launcher():
     )
 
 
-@pytest.mark.procs
 def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys):
     """The documented start (`--nproc-per-node`: a launcher, torchrun, a worker in a session of its own) holds
     its save folder in its worker: a second run on it is refused in one line naming that worker; SIGKILL of the

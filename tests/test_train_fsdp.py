@@ -118,6 +118,7 @@ def test_fsdp_stage1_trains_and_saves_sharded_and_unsharded(stage1):
         assert (state["exp_avg"] < 0).any() and not torch.equal(state["exp_avg"], state["exp_avg_sq"]), name
 
 
+@pytest.mark.long
 def test_stage1_init_into_fsdp_repo_run_is_exact(data, stage1, stage2, tmp_path):
     """Every base tensor and its AdamW state come from stage 1 bit-exact; the RePo weights are DDP's
     initialisation and their state is AdamW's initial one. Read back from the unsharded save FSDP gathered
@@ -208,6 +209,7 @@ def test_unshard_then_hf_logits_equal_the_fsdp_model(data, stage2, tmp_path, cap
     assert (hf_logits - fsdp_logits).abs().max() <= bound
 
 
+@pytest.mark.long
 def test_fsdp_matches_ddp_in_fp32_and_bf16_within_rounding(data, stage1, stage2):
     """The stage-2 recipe run of the fixture (FSDP, fp32) against the same run with DDP, and with FSDP in bf16
     mixed precision (HYBRID_SHARD on a CPU device mesh, 1 replica x 2 shards): same stage-1 checkpoint, same

@@ -46,6 +46,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*RECIPE, *args], env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.long
 def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_dir, tmp_path):
     out = tmp_path / "recipe"
     done = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)

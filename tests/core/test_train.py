@@ -29,7 +29,7 @@ from ..s3_server import loopback_s3
 from ..training import holder
 from .training import ROOT, TINY, metrics, random_corpus, stage1_checkpoint, tiny_experiment
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # three two-process training runs
+pytestmark = pytest.mark.slow
 
 STEPS = 8  # the kill lands while the run has steps to go, even on a loaded machine
 LR = 3.0e-3  # tiny-stage2-repo.py's
@@ -90,6 +90,7 @@ def _flat(path: Path) -> dict[str, torch.Tensor]:
     return dict(zip(keys, load_keys(path, keys), strict=True))
 
 
+@pytest.mark.procs  # two training processes
 def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(inputs, tmp_path):
     """With issue 48's knobs on: f_phi's optimizer group (lr x 3, weight decay 0.01) and the index blend's p
     continue exactly across the kill, as the losses do."""
@@ -184,6 +185,8 @@ def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys)
     assert core_train.main(["--check", *args]) == 0, capsys.readouterr().err  # free again
 
 
+@pytest.mark.long
+@pytest.mark.procs  # two training processes
 def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
     """OLMo-core's own S3 I/O against a real S3-compatible server: the data read from an s3:// data root, stage-1
     initialisation from an s3:// load_path, checkpoints written to an s3:// save folder carrying the stock HF config the bucket's stage 1 records (what

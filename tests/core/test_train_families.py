@@ -88,7 +88,7 @@ def _prepared(root: Path, family: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("family", ["llama3", "qwen3"])
+@pytest.mark.parametrize("family", [pytest.param("llama3", marks=pytest.mark.long), "qwen3"])
 def test_a_run_from_stage1_scores_niah_and_resumes_after_a_kill_as_uninterrupted(family, tmp_path):
     config = CONFIGS / f"tiny-{family}-repo.py"
     data = _prepared(tmp_path, family)

@@ -9,7 +9,7 @@ from .engines import SWITCHES, check_against_hf
 
 @pytest.mark.slow
 @pytest.mark.procs
-@pytest.mark.parametrize("name", ["repo", "gqa"])
+@pytest.mark.parametrize("name", ["repo", pytest.param("gqa", marks=pytest.mark.long)])
 def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
     """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads
     (gqa: one key/value head and its two query heads), loads its rows of final_map and predicts its key/value
