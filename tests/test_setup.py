@@ -24,3 +24,20 @@ def test_readme_links_point_at_files_of_the_repository():
     local = [link for link in links if "://" not in link]
     assert local, "the README links to the documentation"
     assert not [link for link in local if not (ROOT / link).exists()]
+
+
+def test_the_long_tier_table_names_every_file_with_long_tests():
+    """docs/setup.md's table of `make test-long` says what CI leaves out: its files are the ones marked `long`."""
+    marked = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if re.search(r"pytest\.mark\.long\b", path.read_text())
+    }
+    text = (ROOT / "docs/setup.md").read_text()
+    table = text[text.index("| `make test-long` |") : text.index("`make lint`")]
+    rows = [row.split("|")[1] for row in table.splitlines()[2:] if row.startswith("|")]
+    named = {file for row in rows for file in re.findall(r"`(tests/[\w/]+\.py)`", row)}
+    assert marked == named
+    assert (
+        "TIER ?= not long" in (ROOT / "Makefile").read_text()
+    )  # what `make test` runs; test-long sets TIER=long

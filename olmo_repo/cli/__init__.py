@@ -16,8 +16,6 @@ PROG is the script's file name (`fetch.py`), the parser's `prog`. The scripts ar
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,10 +97,6 @@ def run(
     """`body()` under the convention: its exit status (None: 0); for an error of `errors()` or a missing extra
     (of `needs`, checked first, or one the body imports) one line `prog: error: ...` and 1; on Ctrl-C
     `prog: interrupted` and 130. Any other exception propagates."""
-    # The command's process ends ~1.5 s sooner: Python's last collections at exit walk every object of torch, the
-    # trainer and their dependencies; frozen at exit, those objects are skipped (files are closed as before).
-    atexit.unregister(gc.freeze)
-    atexit.register(gc.freeze)
     if line := extras_missing(*needs):
         return fail(prog, line)
     try:
