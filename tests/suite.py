@@ -8,7 +8,7 @@ one session loads several of the conftests (the main session loads tests/core's 
 
 - every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
   two workers share the two cores instead of fighting over them;
-- a test marked `procs` (it starts a process group of its own: torchrun, spawned ranks, a SLURM job) runs
+- a test marked `procs` (it starts processes that compute at the same time: torchrun ranks, a SLURM job) runs
   alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files); a long
   test made of several subprocess runs calls `let_procs_in` between them, so a waiting `procs` test goes first;
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
@@ -39,8 +39,10 @@ CORES_DIR = (
     "OLMO_REPO_SUITE_CORES"  # a folder for the cores lock shared by sessions that run at the same time
 )
 
-# Files started first, longest first (their share of a `make test` run: `--durations` of `make test`).
+# Files started first, longest first (by the `--durations` of `make test` and `make test-long`).
 FIRST = [
+    "test_smollm2_recipe.py",  # `make test-long`'s longest (~5.5 min), the demo killed at every stage next
+    "test_demo_kill.py",
     "test_demo_rerun.py",  # the finished demo, ~100 s: the other worker meanwhile runs files without `procs` tests
     "test_inloop_niah.py",
     "test_eval.py",
