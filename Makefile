@@ -46,7 +46,7 @@ test:
 	$(MAKE) docs
 	$(MAKE) sessions
 
-# The long end-to-end runs, outside `make test` and CI (~15 min on 2 cores): the same three sessions, TIER=long.
+# The long end-to-end runs, outside `make test` and CI (~22 min on 2 cores): the same three sessions, TIER=long.
 test-long:
 	$(MAKE) -j4 system-deps install install-vllm install-core install-data
 	$(MAKE) sessions TIER=long
