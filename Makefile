@@ -39,19 +39,20 @@ TIER ?= not long
 # The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
 # two workers each, one cores lock for both (tests/suite.py), so that the longer leaves no core idle at its end.
 # The three environments and the system packages install side by side (downloads and unpacking overlap).
-test:
-	$(MAKE) -j4 system-deps install install-vllm install-core install-data
+test: environments
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) docs
 	$(MAKE) sessions
 
 # The long end-to-end runs, outside `make test` and CI (~22 min on 2 cores): the same three sessions, TIER=long.
-test-long:
-	$(MAKE) -j4 system-deps install install-vllm install-core install-data
+test-long: environments
 	$(MAKE) sessions TIER=long
 
-.PHONY: sessions suite-vllm suite-core
+.PHONY: environments sessions suite-vllm suite-core
+environments:
+	$(MAKE) -j4 system-deps install install-vllm install-core install-data
+
 sessions:
 	$(BIN)/python $(PYTEST) -m "$(TIER)"
 	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-vllm suite-core; \

@@ -41,7 +41,7 @@ CORES_DIR = (
 
 # Files started first, longest first (by the `--durations` of `make test` and `make test-long`).
 FIRST = [
-    "test_smollm2_recipe.py",  # `make test-long`'s longest (~5.5 min), the demo killed at every stage next
+    "test_smollm2_recipe.py",  # `make test-long`'s longest (5-9 min), the demo killed at every stage next
     "test_demo_kill.py",
     "test_demo_rerun.py",  # the finished demo, ~100 s: the other worker meanwhile runs files without `procs` tests
     "test_inloop_niah.py",
