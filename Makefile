@@ -30,38 +30,31 @@ $(VENV)/.installed: pyproject.toml requirements/constraints-main.txt requirement
 system-deps:
 	@bash tests/system-deps.sh $(SYSTEM_DEPS)
 
-# pytest on both cores: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
-PYTEST = -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+# pytest with xdist: whole files per worker, in tests/suite.py's order (longest first), the 15 slowest listed.
+PYTEST = -m pytest -q --dist loadfile --no-loadscope-reorder --durations=15
 # Which tests the sessions run: `make test` all but the long end-to-end runs (marked `long`), `make test-long`
 # those alone (docs/setup.md lists them and says when to run them).
 TIER ?= not long
 
-# The suite, then the vLLM and OLMo-core tests in their own environments (tests/vllm/, tests/core/), side by side:
-# two workers each, one cores lock for both (tests/suite.py), so that the longer leaves no core idle at its end.
-# The three environments and the system packages install side by side (downloads and unpacking overlap).
-test: environments
-	$(BIN)/ruff check .
-	$(BIN)/lint-imports
-	$(MAKE) docs
-	$(MAKE) sessions
+# Lint, the docs and three pytest sessions side by side: the main suite (three workers), the OLMo-core and vLLM
+# tests in their own environments (tests/core/, tests/vllm/; two workers each). Each starts when what it needs is
+# built (the four environments and the system packages install side by side); the seven one-thread workers share
+# the two cores (tests/suite.py), so that none is idle while another session has work left.
+SESSIONS = $(MAKE) -j --output-sync=target
+test:
+	$(SESSIONS) lint docs suite-main suite-core suite-vllm
 
-# The long end-to-end runs, outside `make test` and CI (~22 min on 2 cores): the same three sessions, TIER=long.
-test-long: environments
-	$(MAKE) sessions TIER=long
+# The long end-to-end runs, outside `make test` and CI: the same three sessions, TIER=long.
+test-long:
+	$(SESSIONS) suite-main suite-core suite-vllm TIER=long
 
-.PHONY: environments sessions suite-vllm suite-core
-environments:
-	$(MAKE) -j4 system-deps install install-vllm install-core install-data
-
-sessions:
-	$(BIN)/python $(PYTEST) -m "$(TIER)"
-	cores=$$(mktemp -d) && OLMO_REPO_SUITE_CORES=$$cores $(MAKE) -j2 --output-sync=target suite-vllm suite-core; \
-	  status=$$?; rm -rf "$$cores"; exit $$status
-
-suite-vllm:
-	$(VBIN)/python $(PYTEST) -m "$(TIER)" --confcutdir tests/vllm tests/vllm
-suite-core:
-	$(CBIN)/python $(PYTEST) -m "$(TIER)" --confcutdir tests/core tests/core
+.PHONY: suite-main suite-vllm suite-core
+suite-main: install install-data system-deps
+	$(BIN)/python $(PYTEST) -n 3 -m "$(TIER)"
+suite-core: install-core system-deps
+	$(CBIN)/python $(PYTEST) -n 2 -m "$(TIER)" --confcutdir tests/core tests/core
+suite-vllm: install-vllm
+	$(VBIN)/python $(PYTEST) -n 2 -m "$(TIER)" --confcutdir tests/vllm tests/vllm
 
 # The everyday tier: in all three environments (each built first if missing), the tests not marked slow of the
 # RePo core, the mode rule, configs, conversion round trips and bad input on every backend; no training run,
@@ -71,7 +64,7 @@ FAST = tests/test_rope.py tests/test_repo_layer.py tests/test_model.py tests/tes
 	tests/test_olmo3.py tests/test_hf_families.py tests/test_downstream_families.py tests/test_scripts.py tests/test_upstream.py
 .PHONY: fast-vllm fast-core
 test-fast: install install-vllm install-core
-	$(BIN)/python $(PYTEST) -m "not slow" $(FAST)
+	$(BIN)/python $(PYTEST) -n 2 -m "not slow" $(FAST)
 	$(MAKE) -j2 --output-sync=target fast-vllm fast-core
 
 fast-vllm:

@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .suite import let_procs_in
-
 ROOT = Path(__file__).resolve().parents[1]
 
 DEMO = ROOT / "scripts/demo.py"
@@ -29,7 +27,6 @@ def run_demo(out: Path, log: Path, kill_after: str | None = None) -> str:
     """Run the demo into `out` (console in `log`) to its end, or, with `kill_after` (a stage, or
     `demo_killed.FIRST_SECTION`), killed by SIGKILL right after that stage finished (`tests/demo_killed.py`).
     Returns the console."""
-    let_procs_in()  # a waiting `procs` test goes between two starts (tests/suite.py)
     script = [str(DEMO)] if kill_after is None else [str(KILLED), kill_after]
     with open(log, "w") as f:
         code = subprocess.run(

@@ -1,22 +1,19 @@
 """How the three test sessions (`.venv`, `.venv-core`, `.venv-vllm`) share two cores: hooks and a fixture helper
 that each session's conftest imports.
 
-Each conftest calls `register` from its `pytest_configure`: the hooks below then run once per test, also where
+Each conftest calls `register` from its `pytest_configure`: the hooks below then run once per session, also where
 one session loads several of the conftests (the main session loads tests/core's and tests/vllm's too).
 
-`make test` runs every session with pytest-xdist (`-n 2`, whole files per worker). Then:
+`make test` runs the three sessions side by side with pytest-xdist (whole files per worker: three workers for the
+main session, two for each of the others, each session starting when its environment is built). Then:
 
-- every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), so the
-  two workers share the two cores instead of fighting over them;
-- a test marked `procs` (it starts processes that compute at the same time: torchrun ranks, a SLURM job) runs
-  alone: the other worker finishes its current test and waits (a fair reader-writer lock on two files); a long
-  test made of several subprocess runs calls `let_procs_in` between them, so a waiting `procs` test goes first;
+- every worker computes with one thread (torch, and through `OMP_NUM_THREADS` the processes it starts), and the
+  kernel shares the two cores among all of them: no test waits for another, a two-process run included, so that
+  no core idles while any test has work left (measured against schedules that held such runs alone: docs/setup.md);
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
-- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end;
-- sessions that run at the same time (`make test` runs the vLLM and OLMo-core sessions side by side, two workers
-  each) share the cores lock through `OLMO_REPO_SUITE_CORES`, so that a `procs` test runs alone across them.
+- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end.
 
 Without xdist (a developer's `pytest tests/test_x.py`) nothing here changes how tests run.
 """
@@ -35,15 +32,12 @@ from pathlib import Path
 import pytest
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist; None otherwise
-CORES_DIR = (
-    "OLMO_REPO_SUITE_CORES"  # a folder for the cores lock shared by sessions that run at the same time
-)
 
 # Files started first, longest first (by the `--durations` of `make test` and `make test-long`).
 FIRST = [
     "test_smollm2_recipe.py",  # `make test-long`'s longest (5-9 min), the demo killed at every stage next
     "test_demo_kill.py",
-    "test_demo_rerun.py",  # the finished demo, ~100 s: the other worker meanwhile runs files without `procs` tests
+    "test_demo_rerun.py",  # the finished demo, ~100 s on a quiet machine
     "test_inloop_niah.py",
     "test_eval.py",
     "test_train_cli.py",
@@ -82,12 +76,6 @@ def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if WORKER is not None else base
 
 
-def _cores_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the cores lock lives: `CORES_DIR` when set (sessions run side by side, as `make test` runs the vLLM
-    and OLMo-core ones, share one lock), else the session's shared folder."""
-    return Path(os.environ.get(CORES_DIR) or _shared_dir(tmp_path_factory))
-
-
 @contextmanager
 def _flock(path: Path, mode: int) -> Iterator[None]:
     with open(path, "a") as f:
@@ -96,56 +84,6 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-_HELD: list = []  # the cores lock file this worker holds shared during its current test (one at most)
-
-
-@contextmanager
-def _cores(folder: Path, exclusive: bool) -> Iterator[None]:
-    """Hold the cores shared (a one-thread test) or alone (a `procs` test). A writer takes the turnstile before
-    waiting for the cores, so a reader that comes after it waits too instead of starving it."""
-    turnstile, cores = folder / "turnstile.lock", folder / "cores.lock"
-    if exclusive:
-        with _flock(turnstile, fcntl.LOCK_EX), _flock(cores, fcntl.LOCK_EX):
-            yield
-        return
-    with _flock(turnstile, fcntl.LOCK_EX):
-        pass
-    with open(cores, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_SH)
-        _HELD.append((f, turnstile))
-        try:
-            yield
-        finally:
-            _HELD.clear()
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def let_procs_in() -> None:
-    """Between the steps of a long test (its subprocess runs): if a `procs` test waits for the cores, let it run
-    first, then go on. Without xdist, or with none waiting, returns at once."""
-    if not _HELD:
-        return
-    f, turnstile = _HELD[0]
-    with open(turnstile, "a") as t:
-        try:
-            fcntl.flock(t, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no writer waits
-        except BlockingIOError:
-            fcntl.flock(f, fcntl.LOCK_UN)  # the waiting writer takes the cores now
-            fcntl.flock(t, fcntl.LOCK_EX)  # held by the writer until its test ends
-            fcntl.flock(f, fcntl.LOCK_SH)
-        fcntl.flock(t, fcntl.LOCK_UN)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Each test, its fixtures' set-up and tear-down included, under the cores lock (xdist only)."""
-    if WORKER is None:
-        return (yield)
-    shared = _cores_dir(item.config._tmp_path_factory)  # type: ignore[attr-defined]  (pytest's own)
-    with _cores(shared, exclusive=item.get_closest_marker("procs") is not None):
-        return (yield)
 
 
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:

@@ -255,7 +255,6 @@ def _eval_metrics(cmd: list[str], save: Path) -> dict[str, float]:
 
 
 @pytest.mark.long
-@pytest.mark.procs
 def test_sharded_over_ranks_equals_one_process_under_ddp_and_fsdp(data, tmp_path):
     results = {}
     for name, nproc, strategy in [("single", 1, "ddp"), ("ddp", 2, "ddp"), ("fsdp", 2, "fsdp")]:

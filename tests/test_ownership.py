@@ -90,7 +90,7 @@ def _holders(log: Path) -> set[int]:
     return {int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("holding ")}
 
 
-@pytest.mark.slow  # not `procs`: its two workers hold a lock and sleep
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["SIGKILL group", "SIGKILL launcher", "SIGTERM", "Ctrl-C"])
 def test_workers_die_with_their_launcher_however_it_is_stopped(tmp_path, stop):
     """The launcher of the training commands (`olmo_repo.cli.launch`: torchrun in-process) with two workers that

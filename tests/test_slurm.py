@@ -250,7 +250,6 @@ def test_a_jobs_bad_input_is_one_line_before_any_node_starts(tmp_path: Path) -> 
 
 
 @pytest.mark.long
-@pytest.mark.procs  # two-rank jobs
 def test_cpu_job_resubmit_requeue_and_sigusr1_continue_the_run_exactly(
     slurm: Cluster, tmp_path: Path
 ) -> None:

@@ -1,7 +1,7 @@
 """tests/suite.py under pytest-xdist, in a pytest run of its own on two workers: a `built_once` input is built
-once for the whole run, a failed build fails every test that asks for it without building again, a `procs`
-test overlaps no other test (a long test lets it in between its steps), and the workers compute with one
-thread. And the project's pytest settings free a passed test's disk at once."""
+once for the whole run, a failed build fails every test that asks for it without building again, the files
+of `FIRST` start first, and the workers compute with one thread. And the project's pytest settings free a passed
+test's disk at once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # a pytest run on two workers of its own
+pytestmark = pytest.mark.slow  # a pytest run on two workers of its own
 
 CONFTEST = f"""
 import sys
@@ -31,7 +31,7 @@ TESTS = """
 import json, os, time
 import pytest
 import torch
-from tests.suite import built_once, let_procs_in
+from tests.suite import built_once
 
 LOG = os.environ["SUITE_LOG"]
 
@@ -43,9 +43,8 @@ def _log(**record):
 def interval(request):
     start = time.monotonic()
     yield
-    _log(test=request.node.name, procs=request.node.get_closest_marker("procs") is not None,
-         start=start, end=time.monotonic(), threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"),
-         worker=os.environ["PYTEST_XDIST_WORKER"])
+    _log(test=request.node.name, start=start, end=time.monotonic(), threads=torch.get_num_threads(),
+         omp=os.environ.get("OMP_NUM_THREADS"), worker=os.environ["PYTEST_XDIST_WORKER"])
 
 def _build(folder):
     _log(built=str(folder))
@@ -67,68 +66,50 @@ def broken(tmp_path_factory):
 """
 
 
-LONG = """
-def test_a_long():  # first on its worker: steps until a procs test of the other worker went in a pause
-    for step in range(300):  # at most a minute, however late the other worker starts
-        start = time.monotonic()
-        time.sleep(0.2)
-        _log(step=step, start=start, end=time.monotonic())
-        let_procs_in()
-        with open(LOG) as f:
-            if step >= 3 and any('"procs": true' in line for line in f):
-                break
-"""
-
-
 def _file(name: str) -> str:
-    tests = [LONG] if name == "a" else []
-    tests += [
+    tests = [
         f"def test_{name}_{i}(shared):\n    time.sleep(0.3)\n    assert (shared / 'value').read_text() == '42'\n"
         for i in range(4)
     ]
-    tests.append(f"@pytest.mark.procs\ndef test_{name}_procs():\n    time.sleep(0.6)\n")
     tests.append(f"def test_{name}_broken(broken):\n    pass\n")
     return TESTS + "\n\n" + "\n\n".join(tests)
 
 
-def test_built_once_and_procs_alone_under_two_workers(tmp_path):
-    (tmp_path / "conftest.py").write_text(CONFTEST)
+def test_built_once_first_files_and_one_thread_under_two_workers(tmp_path):
+    (tmp_path / "conftest.py").write_text(
+        CONFTEST + "\nimport tests.suite\ntests.suite.FIRST[:] = ['test_c.py']\n"
+    )
     for name in ("a", "b", "c"):
         (tmp_path / f"test_{name}.py").write_text(_file(name))
     log = tmp_path / "log.jsonl"
-    outer = (
-        "PYTEST_XDIST_WORKER",
-        "OMP_NUM_THREADS",
-        "OLMO_REPO_SUITE_CORES",
-    )  # this run's, not the inner one's
-    env = {k: v for k, v in os.environ.items() if k not in outer}
+    outer = ("PYTEST_XDIST_WORKER", "OMP_NUM_THREADS")  # this run's, not the inner one's
+    env = {**{k: v for k, v in os.environ.items() if k not in outer}, "SUITE_LOG": str(log)}
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    collected = subprocess.run(
+        [*pytest, "--collect-only", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.splitlines()
+    assert collected[0].startswith("test_c.py::") and collected[5].startswith("test_a.py::"), collected
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-         "--no-loadscope-reorder", "--basetemp", str(tmp_path / "tmp"), str(tmp_path)],
-        cwd=tmp_path, env={**env, "SUITE_LOG": str(log)}, capture_output=True, text=True, timeout=600,
+        [*pytest, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "--basetemp", str(tmp_path / "tmp"),
+         str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     records = [json.loads(line) for line in log.read_text().splitlines()]
     builds = [Path(r["built"]).name for r in records if "built" in r]
-    assert sorted(builds) == ["broken", "shared"], builds  # each once, though six tests asked
+    assert sorted(builds) == ["broken", "shared"], builds  # each once, though every test asked
     summary = [line for line in result.stdout.splitlines() if line.startswith("ERROR test_")]
-    assert len(summary) == 3 and "16 passed" in result.stdout, result.stdout[-3000:]  # a fixture error each
+    assert len(summary) == 3 and "12 passed" in result.stdout, result.stdout[-3000:]  # a fixture error each
     assert sum("RuntimeError: the build broke" in line for line in summary) == 1, summary
     assert sum("building broken failed in another test" in line for line in summary) == 2, summary
     tests = [r for r in records if "test" in r]
-    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 19
+    assert {r["test"][5] for r in tests} == {"a", "b", "c"} and len(tests) == 15
     assert all(r["threads"] == 1 and r["omp"] == "1" for r in tests)
     assert {r["worker"] for r in tests} == {"gw0", "gw1"}
-    long = next(r for r in tests if r["test"] == "test_a_long")
-    steps = [r for r in records if "step" in r]
-    procs = [r for r in tests if r["procs"]]
-    for alone in procs:  # the long test's steps count, not its pauses
-        overlapping = [
-            r.get("test", f"step {r.get('step')}")
-            for r in [*tests, *steps]
-            if r is not alone and r is not long and r["start"] < alone["end"] and alone["start"] < r["end"]
-        ]
-        assert not overlapping, (alone["test"], overlapping)
-    assert any(long["start"] < r["start"] < long["end"] for r in procs), (long, procs)  # let in, not held off
 
 
 def test_the_projects_pytest_settings_delete_a_passed_tests_tmp_path_and_keep_a_failed_ones(tmp_path):

@@ -243,7 +243,6 @@ def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys)
     assert train_cli.main(["--check", *args]) == 0, capsys.readouterr().err  # free again
 
 
-@pytest.mark.procs
 def test_two_process_ddp_with_wandb_offline_and_position_metrics(tmp_path):
     data = write_corpus(tmp_path / "data")
     save = tmp_path / "run"

@@ -38,7 +38,7 @@ from .training import (
     write_corpus,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two-process torchrun runs
+pytestmark = pytest.mark.slow  # two-process torchrun runs
 
 U32 = 2.0**-24  # unit roundoff of fp32
 U_BF16 = 2.0**-8  # unit roundoff of bf16

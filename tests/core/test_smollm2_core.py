@@ -209,7 +209,6 @@ def _cross_entropy(model, windows: torch.Tensor) -> tuple[float, float, float]:
 
 
 @pytest.mark.long
-@pytest.mark.procs  # two training processes
 def test_two_process_steps_from_the_stock_model_on_python_docs_and_back_to_hf(
     stage1, pydoc, tmp_path, smollm2_dir
 ):

@@ -22,11 +22,9 @@ from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.output import PNG_SIGNATURE
 from olmo_repo.recipe import heldout_loss
 
-from ..suite import let_procs_in
 from .training import ROOT
 
-# Two training runs of a 135M model, NIAH, analyses: one process at a time (--procs=1), so not `procs`: the other
-# session's workers go on meanwhile (tests/suite.py).
+# Two training runs of a 135M model, NIAH, analyses: one process at a time (--procs=1).
 pytestmark = pytest.mark.slow
 
 RECIPE = [sys.executable, str(ROOT / "scripts" / "smollm2_recipe.py")]
@@ -101,7 +99,6 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
     assert (out / "figures" / "loss.png").read_bytes().startswith(PNG_SIGNATURE)
 
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    let_procs_in()  # a `procs` test waiting for the cores goes first
     again = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("done before with the same inputs, kept") == len(stages)

@@ -15,7 +15,7 @@ from olmo_repo.rope import record_positions, set_index_blend
 
 from .tiny import assert_within, olmo2_tiny
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs]  # two spawned processes
+pytestmark = pytest.mark.slow  # two spawned processes
 
 
 def _compare(kv_heads: int | None, blend: float) -> None:

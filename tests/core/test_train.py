@@ -90,7 +90,6 @@ def _flat(path: Path) -> dict[str, torch.Tensor]:
     return dict(zip(keys, load_keys(path, keys), strict=True))
 
 
-@pytest.mark.procs  # two training processes
 def test_two_process_fsdp_run_from_stage1_resumes_after_a_kill_as_uninterrupted(inputs, tmp_path):
     """With issue 48's knobs on: f_phi's optimizer group (lr x 3, weight decay 0.01) and the index blend's p
     continue exactly across the kill, as the losses do."""
@@ -186,7 +185,6 @@ def test_a_live_run_owns_its_folder_and_dies_with_its_launcher(tmp_path, capsys)
 
 
 @pytest.mark.long
-@pytest.mark.procs  # two training processes
 def test_s3_save_folder_and_stage1_from_a_bucket_resume_there(inputs, tmp_path):
     """OLMo-core's own S3 I/O against a real S3-compatible server: the data read from an s3:// data root, stage-1
     initialisation from an s3:// load_path, checkpoints written to an s3:// save folder carrying the stock HF config the bucket's stage 1 records (what

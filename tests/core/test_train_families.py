@@ -27,7 +27,7 @@ from ..prepared_data import needs_data_env, prepare_data, write_corpus
 from .test_train import _env, _flat, _run
 from .training import ROOT, metrics, tiny_options
 
-pytestmark = [pytest.mark.slow, pytest.mark.procs, needs_data_env]  # two-process training runs
+pytestmark = [pytest.mark.slow, needs_data_env]  # two-process training runs
 
 CONFIGS = ROOT / "configs" / "olmocore"
 STEPS = 4

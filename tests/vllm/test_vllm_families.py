@@ -109,7 +109,6 @@ def test_greedy_tokens_and_prompt_logprobs_equal_hf(
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.procs
 def test_tensor_parallel_2_ranks_equals_hf(family_checkpoints, family_reference, make_llm, monkeypatch):
     """Qwen 3 on two real CPU ranks (a process each): each rank holds one key/value head and its two query heads,
     normed per head, and predicts that head's positions from its row of final_map."""

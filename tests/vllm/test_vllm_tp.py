@@ -8,7 +8,6 @@ from .engines import SWITCHES, check_against_hf
 
 
 @pytest.mark.slow
-@pytest.mark.procs
 @pytest.mark.parametrize("name", ["repo", pytest.param("gqa", marks=pytest.mark.long)])
 def test_tensor_parallel_2_ranks_equals_hf(checkpoints, hf_reference, make_llm, monkeypatch, name):
     """Two real CPU ranks (vLLM's multiprocess executor, a process per rank): each rank holds half the heads
