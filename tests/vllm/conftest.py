@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ import pytest
 from ..real_models import smollm2_dir  # noqa: F401  (the session fixture of the real model)
 from ..suite import register
 
+_IPC: str | None = None  # this process's folder for vLLM's IPC sockets, removed at the session's end
+
 if importlib.util.find_spec("vllm") is None:
     collect_ignore_glob = ["test_*.py"]
 else:
@@ -24,6 +28,11 @@ else:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # vLLM's sockets (ipc://<VLLM_RPC_BASE_PATH>/<uuid>) default to the system's temporary folder, where a
+    # stopped server or tensor-parallel engine leaves them: here in a folder the session removes (the workers
+    # and the processes they start use the folder of the session that started them)
+    _IPC = tempfile.mkdtemp(prefix="olmo-repo-vllm-ipc-")
+    os.environ.setdefault("VLLM_RPC_BASE_PATH", _IPC)
     if (worker := os.environ.get("PYTEST_XDIST_WORKER")) is not None:
         # under xdist (tests/suite.py): each worker's engines compute on a core of their own
         cpus = sorted(os.sched_getaffinity(0))
@@ -32,6 +41,11 @@ else:
 
 def pytest_configure(config: pytest.Config) -> None:
     register(config)  # tests/suite.py's hooks, once per session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _IPC is not None:
+        shutil.rmtree(_IPC, ignore_errors=True)
 
 
 # The fixtures of every vLLM test file (each xdist worker builds its own: a few seconds).
