@@ -18,7 +18,7 @@ import pytest
 from ..real_models import smollm2_dir  # noqa: F401  (the session fixture of the real model)
 from ..suite import register
 
-_IPC: str | None = None  # this process's folder for vLLM's IPC sockets, removed at the session's end
+_IPC: str | None = None  # the folder this process made for vLLM's IPC sockets, removed at the session's end
 
 if importlib.util.find_spec("vllm") is None:
     collect_ignore_glob = ["test_*.py"]
@@ -29,10 +29,10 @@ else:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM's sockets (ipc://<VLLM_RPC_BASE_PATH>/<uuid>) default to the system's temporary folder, where a
-    # stopped server or tensor-parallel engine leaves them: here in a folder the session removes (the workers
-    # and the processes they start use the folder of the session that started them)
-    _IPC = tempfile.mkdtemp(prefix="olmo-repo-vllm-ipc-")
-    os.environ.setdefault("VLLM_RPC_BASE_PATH", _IPC)
+    # stopped server or tensor-parallel engine leaves them: here in a folder the session removes (its xdist
+    # workers and the processes they start inherit the variable, so only the first process makes one)
+    if "VLLM_RPC_BASE_PATH" not in os.environ:
+        _IPC = os.environ["VLLM_RPC_BASE_PATH"] = tempfile.mkdtemp(prefix="olmo-repo-vllm-ipc-")
     if (worker := os.environ.get("PYTEST_XDIST_WORKER")) is not None:
         # under xdist (tests/suite.py): each worker's engines compute on a core of their own
         cpus = sorted(os.sched_getaffinity(0))
