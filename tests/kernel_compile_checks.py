@@ -36,6 +36,15 @@ def compile_for_hopper(kernel, pointers: dict[str, str], constexprs: dict, optio
     return triton.compile(source, target=HOPPER, options=options)
 
 
+def assert_no_dot(compiled) -> None:
+    """No tt.dot in the Triton IR: the kernels multiply and sum in fp32 on CUDA cores. Triton's combine pass
+    turns sum(a[:, :, None] * b[None, :, :], axis=1) into a tt.dot, which gave wrong gradients on an H100
+    (Triton 3.6, f_phi's backward at 1 to 16 heads) while the interpreter, which runs no such pass, agreed
+    with float64."""
+    dots = [line.strip() for line in compiled.asm["ttir"].splitlines() if "tt.dot" in line]
+    assert not dots, f"a product-sum became a tt.dot: {dots[0]}"
+
+
 def _approximate(ptx: str) -> set[str]:
     """The PTX's approximate transcendental instructions (fast math)."""
     return set(re.findall(r"\b(?:sin|cos|lg2|ex2|rsqrt|rcp)\.approx\S*", ptx))
@@ -78,6 +87,7 @@ def test_rotation_compiles_for_hopper_with_precise_sin_cos(case):
     assert ".target sm_90" in ptx
     assert not _approximate(ptx), f"fast-math instructions in the rotation: {_approximate(ptx)}"
     assert not _atomics(ptx), "the rotation's backward sums over a query group in registers"
+    assert_no_dot(compiled)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +96,8 @@ def test_rotation_compiles_for_hopper_with_precise_sin_cos(case):
         (f_phi.tail_fwd, {"BLOCK_N": 16, "BLOCK_H": 16, "BLOCK_K": 32}),  # the 1B's 16 heads
         (f_phi.tail_fwd, {"BLOCK_N": 16, "BLOCK_H": 1, "BLOCK_K": 256}),  # one key/value head
         (f_phi.tail_bwd, {"BLOCK_N": 16, "BLOCK_H": 4, "BLOCK_K": 128}),  # 4 key/value heads (GQA)
+        (f_phi.tail_bwd, {"BLOCK_N": 16, "BLOCK_H": 16, "BLOCK_K": 32}),
+        (f_phi.tail_bwd, {"BLOCK_N": 16, "BLOCK_H": 1, "BLOCK_K": 256}),
     ],
 )
 def test_f_phi_tail_compiles_for_hopper(kernel, blocks):
@@ -93,3 +105,4 @@ def test_f_phi_tail_compiles_for_hopper(kernel, blocks):
     compiled = compile_for_hopper(kernel, {}, blocks, f_phi.OPTIONS)
     assert compiled.asm["cubin"] and ".target sm_90" in compiled.asm["ptx"]
     assert not _atomics(compiled.asm["ptx"]), "final_map's gradient is summed per program, then by torch"
+    assert_no_dot(compiled)

@@ -72,7 +72,11 @@ def tail_bwd(
     for k0 in range(0, hidden, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         w_mask = (heads < n_out)[:, None] & (cols < hidden)[None, :]
-        w = tl.load(w_ptr + heads[:, None] * w_sh + cols[None, :], mask=w_mask, other=0.0).to(tl.float32)
+        # w transposed, [BLOCK_K, BLOCK_H], so that dh sums over the last axis: Triton's combine pass rewrites
+        # sum(a[:, :, None] * b[None, :, :], axis=1) into a tt.dot, which gave wrong dL/d(gate, content) on an
+        # H100 (Triton 3.6, 1 to 16 heads). tests/kernel_compile_checks.py asserts that no kernel has a tt.dot.
+        w_t_mask = (cols < hidden)[:, None] & (heads < n_out)[None, :]
+        w_t = tl.load(w_ptr + heads[None, :] * w_sh + cols[:, None], mask=w_t_mask, other=0.0).to(tl.float32)
         dw = tl.zeros([BLOCK_H, BLOCK_K], dtype=tl.float32)
         for r0 in range(pid * BLOCK_N, N, programs * BLOCK_N):
             rows = (r0 + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -80,7 +84,7 @@ def tail_bwd(
             dz = tl.load(dz_ptr + rows[:, None] * dz_sn + heads[None, :] * dz_sh, mask=dz_mask, other=0.0)
             mask = (rows < N)[:, None] & (cols < hidden)[None, :]
             gate, content, sig = _silu_parts(gc_ptr, rows, cols, mask, hidden, gc_sn)
-            dh = tl.sum(dz[:, :, None] * w[None, :, :], axis=1)  # [BLOCK_N, BLOCK_K]
+            dh = tl.sum(dz[:, None, :] * w_t[None, :, :], axis=2)  # [BLOCK_N, BLOCK_K]
             silu = gate * sig
             dgc = dgc_ptr + rows[:, None] * dgc_sn + cols[None, :]
             tl.store(dgc, dh * content * (sig * (1.0 + gate * (1.0 - sig))), mask=mask)
