@@ -25,6 +25,7 @@ profile's largest RePo-only op where the step's is missed (`--profile`). The ai2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -223,6 +224,12 @@ def main() -> None:
         "--size", choices=list(SIZES), default="cpu", help="model and batch shape (default: cpu)"
     )
     parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="micro-batch, in sequences of the size's length (default: the size's)",
+    )
     parser.add_argument("--json", type=json_file, default=None, help="write every measurement to this file")
     parser.add_argument(
         "--profile", action="store_true", help="first print the per-op time RePo adds over RoPE (MHA, GQA)"
@@ -231,6 +238,10 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.size == "gpu-1b" and device != "cuda":
         parser.error("--size gpu-1b needs CUDA")
+    if args.batch is not None:
+        if args.batch < 1:
+            parser.error(f"--batch: {args.batch} sequences; give at least 1")
+        SIZES[args.size] = dataclasses.replace(SIZES[args.size], batch=args.batch)
     profiles = {}
     if args.profile:
         for repo, kv in (("repo", None), ("repo-gqa", SIZES[args.size].n_heads // 4)):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -436,7 +437,8 @@ def profile(size_name: str, device: str, seed: int = 0) -> Profile:
 
 def report(result: dict) -> str:
     lines = [
-        f"size={result['size']} device={result['device']} threads={result['threads']} torch={result['torch']} "
+        f"size={result['size']} batch={result['shape']['batch']}x{result['shape']['seq']} device={result['device']} "
+        f"threads={result['threads']} torch={result['torch']} "
         + (f"kernels=triton {result['kernels']}" if result["kernels"] else "kernels=off (the torch code)"),
         f"{'variant':<16}{'step (median, ±half-range)':>32}{'peak step memory':>20}{'saved activations':>20}"
         f"{'decode / token':>30}",
@@ -502,6 +504,13 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: per size)")
     parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="micro-batch, in sequences of the size's length (default: the size's; the 1B's three models fit an "
+        "80 GB H100 at 2)",
+    )
+    parser.add_argument(
         "--device",
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="cpu or cuda (default: cuda if present)",
@@ -519,6 +528,10 @@ def main() -> None:
     sizes = args.size.split(",")
     if unknown := [s for s in sizes if s not in SIZES]:
         parser.error(f"--size: unknown {', '.join(unknown)}; choose from {', '.join(sorted(SIZES))}")
+    if args.batch is not None:
+        if args.batch < 1:
+            parser.error(f"--batch: {args.batch} sequences; give at least 1")
+        SIZES.update({s: dataclasses.replace(SIZES[s], batch=args.batch) for s in sizes})
     results = []
     for size in sizes:
         profiled = profile(size, args.device) if args.profile else None
