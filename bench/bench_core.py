@@ -163,7 +163,7 @@ def run(size_name: str, reps: int | None, device: str) -> dict:
         random.Random(0),
     )
     memory = {name: peak_step_memory(lambda m=m: step(m, ids, amp), m, device) for name, m in models.items()}
-    out = {"size": size_name, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
+    out = {"size": size_name, "batch": size.batch, "device": device, "machine": platform.processor() or platform.machine(), "times": times,
            "decode_s_per_token": decode, "memory": memory, "ratios": {}, "shares": {}}  # fmt: skip
     for repo, rope in (("repo", "rope"), ("repo-gqa", "rope-gqa")):
         ratios = within_round(times[repo], times[rope])

@@ -23,6 +23,8 @@ def test_benchmark_smoke(tmp_path):
         "tiny,tiny-gqa",
         "--reps",
         "2",
+        "--batch",
+        "3",
         "--json",
         str(out),
         "--profile",
@@ -34,6 +36,7 @@ def test_benchmark_smoke(tmp_path):
     assert "_Rotate" in proc.stdout  # RePo's rotation shows up among the added ops
     # RePo's kernels run on CUDA only: here the torch code, and the reports say so.
     assert proc.stdout.count("kernels=off (the torch code)") == 2 and "kernels=triton" not in proc.stdout
+    assert proc.stdout.count(" batch=3x32 ") == 2  # --batch replaces the sizes' micro-batch of 2
     assert proc.stdout.count("targets (issue 49, the 1B on one H200): RePo/RoPE") == 2
     for what in ("step", "memory", "decode"):
         assert re.search(rf"^  {what} +\d+\.\d{{4}}  target <= \d\.\d{{4}}  (met|MISSED)", proc.stdout, re.M)
@@ -42,7 +45,10 @@ def test_benchmark_smoke(tmp_path):
     assert list(results) == ["tiny", "tiny-gqa"]
     table = lines.index(next(line for line in lines if line.startswith("side by side, RePo/RoPE")))
     for i, (size, result) in enumerate(results.items()):
-        assert set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
+        assert (
+            set(result["step_s"]) == {"rope", "repo", "nope", "repo-reference"}
+            and result["shape"]["batch"] == 3
+        )
         assert result["kernels"] is None and "rotation-kernel" not in result["component_s"]
         assert all(len(v) == 2 and min(v) > 0 for v in result["step_s"].values())
         assert all(v > 0 for v in result["peak_step_memory_bytes"].values())

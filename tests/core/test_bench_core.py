@@ -16,11 +16,23 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 @pytest.mark.slow  # the benchmark in a subprocess
 def test_benchmark_smoke(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "bench_core.py", "--size", "tiny", "--reps", "2", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "bench_core.py",
+        "--size",
+        "tiny",
+        "--reps",
+        "2",
+        "--batch",
+        "1",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=BENCH, capture_output=True, text=True, check=True, timeout=600)
     assert "steps and decodes, 4 models: 100%" in proc.stderr  # progress
     result = json.loads(out.read_text())
     variants = {"rope", "repo", "rope-gqa", "repo-gqa"}
+    assert result["batch"] == 1  # --batch replaces the size's micro-batch of 2
     assert set(result["times"]) == set(result["decode_s_per_token"]) == set(result["memory"]) == variants
     assert all(
         len(v) == 2 and min(v) > 0
