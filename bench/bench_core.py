@@ -41,6 +41,7 @@ from measure import (
     f_phi_shares,
     interleaved_rounds,
     json_file,
+    micro_batch,
     peak_step_memory,
     profile_difference,
     sync,
@@ -226,7 +227,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="rounds (default: the size's)")
     parser.add_argument(
         "--batch",
-        type=int,
+        type=micro_batch,
         default=None,
         help="micro-batch, in sequences of the size's length (default: the size's)",
     )
@@ -239,8 +240,6 @@ def main() -> None:
     if args.size == "gpu-1b" and device != "cuda":
         parser.error("--size gpu-1b needs CUDA")
     if args.batch is not None:
-        if args.batch < 1:
-            parser.error(f"--batch: {args.batch} sequences; give at least 1")
         SIZES[args.size] = dataclasses.replace(SIZES[args.size], batch=args.batch)
     profiles = {}
     if args.profile:

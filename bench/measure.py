@@ -23,6 +23,7 @@ __all__ = [
     "f_phi_shares",
     "interleaved_rounds",
     "json_file",
+    "micro_batch",
     "peak_step_memory",
     "profile_difference",
     "sync",
@@ -40,6 +41,13 @@ def json_file(path: str) -> str:
     if Path(path).is_dir() or not Path(path).resolve().parent.is_dir():
         raise argparse.ArgumentTypeError(f"{path}: not a file in an existing folder")
     return path
+
+
+def micro_batch(value: str) -> int:
+    """argparse `type` of `--batch N`: sequences per step, at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value} sequences; give a whole number of at least 1")
+    return int(value)
 
 
 def sync(device: str) -> None:
