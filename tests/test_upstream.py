@@ -5,13 +5,17 @@ project patches, restates or calls by a private name. A failure names the thing:
 from __future__ import annotations
 
 import importlib
+import pathlib
 import subprocess
 import sys
 from importlib.metadata import version
 
+import numpy as np
 import pytest
+import torch
 
 from olmo_repo.upstream import resolve, source_hash
+from olmo_repo.upstream.torch import patch_torch_for_olmo, read_train_state
 
 MODULES = ["olmo", "torch", "wandb", "transformers", "lm_eval", "nltk"]
 PINNED = {  # distribution -> the version the canaries were taken at (= requirements/constraints-main.txt)
@@ -107,6 +111,19 @@ def test_importing_the_package_patches_nothing_and_the_hf_side_needs_no_olmo():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_reading_a_train_state_keeps_the_process_wide_patch(tmp_path):
+    """`read_train_state` in a process that `patch_torch_for_olmo` patched leaves the types torch allows as they
+    were: its context used to remove them on exit, and OLMo's next restore of a train.pt was refused."""
+    patch_torch_for_olmo()
+    torch.save({"path": pathlib.Path("run"), "rng": np.random.get_state()}, tmp_path / "train.pt")
+    allowed = set(torch.serialization.get_safe_globals())
+    assert read_train_state(tmp_path / "train.pt")["path"] == pathlib.Path("run")
+    assert set(torch.serialization.get_safe_globals()) == allowed
+    assert torch.load(tmp_path / "train.pt", weights_only=True)["path"] == pathlib.Path(
+        "run"
+    )  # as OLMo reads it
 
 
 @pytest.mark.slow

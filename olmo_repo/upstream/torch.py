@@ -111,6 +111,9 @@ def patch_torch_for_olmo() -> None:
 
 def read_train_state(path: str | pathlib.Path) -> dict:
     """OLMo's `train.pt` (the trainer state) through torch's safe loader, allowing `TRAIN_STATE_TYPES` for
-    this read only (where `patch_torch_for_olmo`, which allows them process-wide, has not run)."""
-    with torch.serialization.safe_globals(TRAIN_STATE_TYPES):
+    this read only (where `patch_torch_for_olmo`, which allows them process-wide, has not run). Only the types
+    not allowed already are added: torch's context removes what it added on exit, which would otherwise undo
+    the process-wide patch, and OLMo's next restore of a train.pt would be refused."""
+    allowed = torch.serialization.get_safe_globals()
+    with torch.serialization.safe_globals([t for t in TRAIN_STATE_TYPES if t not in allowed]):
         return torch.load(path, map_location="cpu", weights_only=True)
