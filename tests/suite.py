@@ -13,14 +13,17 @@ main session, two for each of the others, each session starting when its environ
 - `built_once` builds an expensive input (a finished demo, a trained checkpoint) once for the whole run,
   whichever worker asks first, the others waiting for it; a failed build fails every test that asks for it,
   with the first failure's message, without building again;
-- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end.
+- files whose tests take longest start first (`FIRST`), so that no worker is left with a long file at the end;
+- what collection imported is frozen out of the garbage collector's reach (`pytest_collection_finish`).
 
-Without xdist (a developer's `pytest tests/test_x.py`) nothing here changes how tests run.
+Without xdist (a developer's `pytest tests/test_x.py`) only the last changes how tests run.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import gc
 import os
 import shutil
 import sys
@@ -68,6 +71,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files of `FIRST` first, in its order; the others after them as collected (a stable sort)."""
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+
+
+def pytest_collection_finish() -> None:
+    """Freeze what collection left alive (the modules of every test file, about a million objects that never
+    become garbage) out of the collector's reach, as the training commands do (`olmo_repo.cli.freeze_imported`):
+    the full collections that the trainers and vLLM's cleanup run in the tests then scan only what a test made
+    (measured on four in-process test files: 57 s without, 36 s with). Unfrozen at exit, so that Triton's
+    extension finds nothing alive at its teardown."""
+    gc.freeze()
+    atexit.register(gc.unfreeze)
 
 
 def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RepoError, extras_missing
-from . import Errors, fail, positive_int
+from . import Errors, fail, freeze_imported, positive_int
 from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     status = launched(parser, opts, argv, "olmo_repo.cli.core_train", check, errors)
     if status is not None:
         return status
+    freeze_imported()
     try:
         run(build(load_build_config(opts.config), opts, overrides), opts)
     except errors() as e:

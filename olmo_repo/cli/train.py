@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RepoError, extras_missing
-from . import Errors, fail, run
+from . import Errors, fail, freeze_imported, run
 from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         from ..ai2olmo.train import train
 
         install()  # OLMo's evaluator building routes `niah_*` entries to olmo_repo.ai2olmo.niah
+        freeze_imported()
         train(args.config, overrides)
 
     return run(PROG, train, _training_errors)

@@ -92,7 +92,7 @@ def make_llm() -> Iterator[Any]:
 
     yield make
     for llm in engines:
-        llm.llm_engine.engine_core.shutdown()
+        llm.llm_engine.engine_core.shutdown()  # also unfreezes the collector's frozen objects (vLLM's own freeze)
     engines.clear()
-    gc.collect()
-    upstream.cleanup_dist_env_and_memory()
+    upstream.cleanup_dist_env_and_memory()  # collects the engines
+    gc.freeze()  # what is left, as tests/suite.py does after collection
