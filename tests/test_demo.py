@@ -19,7 +19,7 @@ import torch
 from olmo_repo.demo import BASE_DIR, config_path
 from olmo_repo.demo.folder import DemoFolder
 from olmo_repo.demo.run import separation
-from olmo_repo.demo.training import positions_summary
+from olmo_repo.demo.training import load_yaml, positions_summary
 from olmo_repo.errors import CorruptFileError, RepoError
 
 from .conftest import ROOT
@@ -120,6 +120,20 @@ def test_positions_column_shows_every_repo_layer():
         )
     assert positions_summary(record, [1, 2, 3]) == "1:[-0.04,0.31] 2:[-1,1] 3:[-2,5.2]"
     assert positions_summary(record, []) == "-"  # a run without RePo layers
+
+
+def test_a_config_is_parsed_once_per_content_and_shared_read_only(tmp_path):
+    """`load_yaml`, which the demo's report calls for the same configs over and over: a file that changes is read
+    anew (whatever its size and time stamp), the same content is one parse, and no caller can change it."""
+    path = tmp_path / "config.yaml"
+    path.write_text("max_duration: 2\nmodel: {d_model: 8}\n")
+    first = load_yaml(path)
+    path.write_text("max_duration: 3\nmodel: {d_model: 8}\n")  # the same size, at once
+    assert load_yaml(path).max_duration == 3
+    path.write_text("max_duration: 2\nmodel: {d_model: 8}\n")
+    assert load_yaml(path) is first and first.model.d_model == 8
+    with pytest.raises(Exception, match="read-only"):
+        first.model.d_model = 16
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -46,7 +46,7 @@ from ..tables import markdown_table
 from . import BASE_DIR, PROCS, SAMPLES, config_path
 from .corpus import corpus_windows
 from .folder import DemoFolder, digest
-from .training import RunResult, latest_checkpoint, niah_curves, run_training, summarise
+from .training import RunResult, latest_checkpoint, load_yaml, niah_curves, run_training, summarise
 
 __all__ = ["STAGE2", "run_demo", "separation"]
 
@@ -334,7 +334,7 @@ class _Demo:
 
 def _config(name: str) -> Any:
     """The shipped config `tiny-{name}.yaml`, as OmegaConf reads it (unresolved: no paths needed)."""
-    return OmegaConf.load(config_path(name))
+    return load_yaml(config_path(name))
 
 
 def _in_loop_prompts(name: str, samples: int) -> tuple[str, ...]:
@@ -468,7 +468,7 @@ def _in_loop_setting(folder: DemoFolder) -> tuple[int, str]:
     (its config.yaml: the shipped config with the demo's overrides)."""
     from ..eval.variants import PROMPTS
 
-    config = OmegaConf.load(folder.path / STAGE2["RePo"] / "config.yaml")
+    config = load_yaml(folder.path / STAGE2["RePo"] / "config.yaml")
     prompts = {e.get("prompts") or PROMPTS for e in config.evaluators if str(e.label).startswith("niah_")}
     return config.model.max_sequence_length, " or ".join(map(str, sorted(prompts)))
 
