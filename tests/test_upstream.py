@@ -125,6 +125,21 @@ def test_reading_a_train_state_keeps_the_process_wide_patch(tmp_path):
     assert restored["path"] == pathlib.Path("run")
 
 
+def test_evaluations_skip_lm_evals_environment_report_inside_the_block_only():
+    """`without_environment_report` makes the `add_env_info` that `simple_evaluate` calls (pinned by its canary) a
+    no-op inside the block, and gives lm-eval's back after it, also when the block fails."""
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import add_env_info
+
+    from olmo_repo.upstream.lm_eval import without_environment_report
+
+    storage: dict = {}
+    with pytest.raises(RuntimeError, match="inside"), without_environment_report():
+        evaluator.add_env_info(storage)
+        raise RuntimeError("inside")
+    assert storage == {} and evaluator.add_env_info is add_env_info
+
+
 @pytest.mark.slow
 def test_rulers_word_keys_are_the_list_ruler_computes_at_import():
     """RULER's module, imported without its import-time `WORDS`, draws its word keys from the same list:

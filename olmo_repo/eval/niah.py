@@ -53,6 +53,7 @@ from ..upstream.lm_eval import (
     prepare_niah,
     ruler_score,
     seeded_random,
+    without_environment_report,
 )
 from .essays import essay_words
 from .intervals import wilson_interval
@@ -327,12 +328,13 @@ def evaluate(
         lm = model
     else:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max(lengths))
-    out = simple_evaluate(
-        model=lm,
-        tasks=[f"repo_{v}" for v in variants],
-        task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata),
-        log_samples=True,
-    )
+    with without_environment_report():
+        out = simple_evaluate(
+            model=lm,
+            tasks=[f"repo_{v}" for v in variants],
+            task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata),
+            log_samples=True,
+        )
     records = [
         {
             "variant": v,

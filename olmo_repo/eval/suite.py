@@ -26,7 +26,7 @@ from typing import Any
 from huggingface_hub import constants
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..upstream.lm_eval import load_yaml
+from ..upstream.lm_eval import load_yaml, without_environment_report
 from . import ruler
 from .niah import ESSAYS, TASKS_DIR, VARIANTS, niah_samples
 from .variants import RULER_SEED
@@ -192,5 +192,6 @@ def run_stage(
         lm = model
     else:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=length)
-    out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=samples)
+    with without_environment_report():
+        out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=samples)
     return {task: out["results"][task] for task in tasks if task in out["results"]}

@@ -14,6 +14,10 @@ What lm-eval lacks as public API, and so is taken from its internals here:
   it from a given state and gives the caller's state back.
 - `load_yaml` of the private `lm_eval.tasks._yaml_loader` reads a task YAML without resolving its `!function`s.
 - `quiet()`: lm-eval logs a note per task and per request batch at INFO; reports set it to ERROR.
+- `without_environment_report()`: `simple_evaluate` ends by adding torch's environment report (`collect_env`:
+  `pip list`, compiler and driver versions; ~0.8 CPU-s and 1-2 s of subprocesses per call) to results that
+  nothing here reads. Inside the block it calls `lm_eval.evaluator.add_env_info` (a module global, which
+  the canary on `simple_evaluate` pins) as a no-op.
 - RULER's other generators (`ruler_module("vt" | "cwe" | "fwe" | "qa")`: `vt_utils`, `cwe_utils`, `fwe_utils`,
   `qa_utils`), whose `sys_*` / `generate_samples` take a sample count that lm-eval's tasks fix at 500, and
   whose vt and cwe searches loop forever below their smallest prompt: `olmo_repo.eval.ruler` calls them with
@@ -145,6 +149,7 @@ __all__ = [
     "ruler_score",
     "ruler_score_part",
     "seeded_random",
+    "without_environment_report",
 ]
 
 
@@ -174,6 +179,19 @@ def quiet() -> None:
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
 
 
+@contextmanager
+def without_environment_report() -> Iterator[None]:
+    """Run the block with `simple_evaluate`'s environment report skipped (see the module's docstring)."""
+    import lm_eval.evaluator as evaluator
+
+    add_env_info = evaluator.add_env_info
+    evaluator.add_env_info = lambda storage: None
+    try:
+        yield
+    finally:
+        evaluator.add_env_info = add_env_info
+
+
 _RULER = "lm_eval.tasks.ruler"
 # Source hashes (`olmo_repo.upstream.source_hash`) of the RULER generators `olmo_repo.eval.ruler` calls: their
 # sizing loops (where they stop, and where they loop forever) are what its minimum lengths are computed from.
@@ -192,6 +210,7 @@ CANARIES = {
     f"{_RULER}.qa_utils.read_squad": "6102836c0937c400",
     f"{_RULER}.qa_utils.read_hotpotqa": "faa7c679008cecc0",
     f"{_RULER}.common_utils.string_match_part": "7ea977fc810af43e",
+    "lm_eval.evaluator.simple_evaluate": "9eecb3c9d0d9660c",  # calls `add_env_info` by its module global
 }
 
 
