@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from olmo_repo.cli import run
+from olmo_repo.cli import command, run
 from olmo_repo.errors import RepoError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,14 +122,13 @@ HEAVY = ("torch", "olmo", "olmo_core", "transformers", "lm_eval")  # seconds to 
 
 
 def run_script(script: Path, args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """`python SCRIPT ARGS` in `cwd`, and the modules of `HEAVY` it had imported when it exited."""
+    """`python SCRIPT ARGS` in `cwd`, and the modules of `HEAVY` it had imported when it exited (said by the first
+    exit handler, which runs last, also where the command ends the process itself: `olmo_repo.cli.command`)."""
     code = (
-        "import runpy, sys\n"
+        "import atexit, runpy, sys\n"
+        f"atexit.register(lambda: print(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
         f"sys.argv = [{str(script)!r}, *{args!r}]\n"
-        "try:\n"
-        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-        "finally:\n"
-        f"    print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=300
@@ -180,6 +179,42 @@ def test_freeze_imported_freezes_until_exit_and_the_process_ends_quietly():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
     assert int(result.stdout) > 100_000  # torch's modules alone
+
+
+def test_a_command_run_as_the_process_ends_it_with_its_status_after_the_exits_first_steps(tmp_path):
+    """`command`'s `main()` without argv (a script, a console script, `python -m`): the process ends as soon as
+    `main` returns, after what the interpreter's exit does before its module teardown (an executor's and a
+    thread's last writes, the atexit handlers, Python's and C's buffered output), with its status; the teardown
+    (here a module-level object's finalizer) is skipped. With argv, `main` only returns."""
+    code = f"""
+import atexit, ctypes, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from olmo_repo.cli import command
+out = Path({str(tmp_path)!r})
+
+class Finalized:
+    def __del__(self):
+        print("teardown")
+
+kept = Finalized()
+
+@command
+def main(argv=None):
+    ThreadPoolExecutor(1).submit(lambda: (time.sleep(0.3), (out / "executor").write_text("done")))
+    threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread").write_text("done"))).start()
+    atexit.register(lambda: (out / "atexit").write_text("done"))
+    print("python", end="")
+    ctypes.CDLL(None).printf(b" c")
+    return 3
+
+main()
+print("after main")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "python c", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atexit", "executor", "thread"]
+    assert command(lambda argv: 5)(["in", "process"]) == 5
 
 
 @pytest.mark.parametrize("name", sorted(LIGHT))

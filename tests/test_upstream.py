@@ -17,7 +17,7 @@ import torch
 from olmo_repo.upstream import resolve, source_hash
 from olmo_repo.upstream.torch import patch_torch_for_olmo, read_train_state
 
-MODULES = ["olmo", "torch", "wandb", "transformers", "lm_eval", "nltk"]
+MODULES = ["olmo", "torch", "wandb", "transformers", "lm_eval", "nltk", "python"]
 PINNED = {  # distribution -> the version the canaries were taken at (= requirements/constraints-main.txt)
     "ai2-olmo": "0.6.0",
     "torch": "2.13.0",
@@ -89,7 +89,7 @@ def test_a_canary_fails_on_an_upgrade_that_changes_one_token_and_only_then(tmp_p
 
 
 def test_every_module_of_the_seam_has_canaries_or_is_data_only():
-    assert {m for m, _, _ in CANARIES} == {"olmo", "torch", "wandb", "transformers", "lm_eval"}
+    assert {m for m, _, _ in CANARIES} == {"olmo", "torch", "wandb", "transformers", "lm_eval", "python"}
     # nltk takes names, not behaviour: importing it is its canary (a rename fails at import).
     importlib.import_module("olmo_repo.upstream.nltk")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import from_hf_command
+from . import command, from_hf_command
 
 __all__ = ["main"]
 
@@ -15,6 +15,7 @@ def _convert(input: str, output: str, force: bool) -> Path:
     return convert_from_hf(input, output, force=force)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     description = (
         "Convert a Hugging Face Olmo2 directory (stock, e.g. an OLMo-2 stage-1 revision; this project's "

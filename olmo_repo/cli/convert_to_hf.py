@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..integrity import require_model_dir
-from . import require_extras, run
+from . import command, require_extras, run
 
 __all__ = ["main"]
 
 PROG = "convert_to_hf.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

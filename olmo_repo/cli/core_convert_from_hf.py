@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import from_hf_command
+from . import command, from_hf_command
 
 __all__ = ["main"]
 
@@ -15,6 +15,7 @@ def _convert(input: str, output: str, force: bool) -> Path:
     return hf_to_core(input, output, force=force)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     description = (
         "Convert an HF olmo2 / repo_olmo2 / olmo3 / repo_olmo3 / reference-format / llama / repo_llama / qwen3 "

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..dtypes import DTYPE_NAMES
-from . import check_input, positive_int, require_extras, run
+from . import check_input, command, positive_int, require_extras, run
 
 __all__ = ["main"]
 
 PROG = "core_convert_to_hf.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RepoError, extras_missing
-from . import Errors, fail, freeze_imported, positive_int
+from . import Errors, command, fail, freeze_imported, positive_int
 from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = sys.argv[1:] if argv is None else argv

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from ..errors import RepoError
 from ..eval.variants import parse_lengths
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
 PROG = "demo.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     import yaml  # light (the configs' sizes, not torch), and in the base install: --help needs no extra
 

@@ -9,13 +9,14 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
 PROG = "demo_base.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     import yaml  # light (the config's sizes, not torch), and in the base install: --help needs no extra
 

@@ -30,7 +30,7 @@ from ..eval.variants import (
     parse_yarn,
 )
 from ..modes import PositionSource
-from . import run
+from . import command, run
 
 # The parser and the checks of the arguments and the model's files use only these light modules: `--help`,
 # a bad flag and a missing model answer before torch, transformers and lm-eval load (seconds).
@@ -137,6 +137,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"wrote {', '.join(map(str, written))}")
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     needs = ("eval", "vllm") if args.backend == "vllm" else ("eval",)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from ..checkpoint import as_hf_dir
 from ..modes import PositionSource
-from . import run, user_errors
+from . import command, run, user_errors
 
 __all__ = ["main"]
 
 PROG = "explore.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

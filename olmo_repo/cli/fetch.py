@@ -7,7 +7,7 @@ import argparse
 from urllib.parse import urlparse
 
 from ..fetch import GROUPS
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
@@ -100,6 +100,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     args, overrides = _parse(argv)
 

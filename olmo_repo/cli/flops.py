@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
@@ -24,6 +24,7 @@ def _check(model: str) -> None:
         raise FileNotFoundError(f"{model} does not exist")
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

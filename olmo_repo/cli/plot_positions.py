@@ -8,7 +8,7 @@ from pathlib import Path
 from ..integrity import require_model_dir
 from ..modes import PositionSource
 from ..output import PNG_SIGNATURE, check_replaceable_file
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     return run(PROG, lambda: _plot(args), needs=("eval",))

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import RepoError
-from . import positive_int, require_extras, run
+from . import command, positive_int, require_extras, run
 
 __all__ = ["main"]
 
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import positive_int, require_extras, run
+from . import command, positive_int, require_extras, run
 
 __all__ = ["main"]
 
@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..fetch.smollm2 import DEFAULT_OUTPUT, GGUF_FILE, INSTALL, NAME, PACKAGE, VERSION
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
@@ -29,6 +29,7 @@ complete, 1 bad input (package missing, GGUF corrupt, --output in the way: one l
 """
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

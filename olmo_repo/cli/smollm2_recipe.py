@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import RepoError
 from ..eval.variants import VARIANTS, parse_lengths
-from . import require_extras, run
+from . import command, require_extras, run
 
 __all__ = ["main"]
 
@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     from ..recipe import KNOWN_ARMS, Recipe
 

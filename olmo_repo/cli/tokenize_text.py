@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..fetch.tokens import TOKENS_FILE
-from . import run
+from . import command, run
 
 __all__ = ["main"]
 
@@ -28,6 +28,7 @@ codes: 0 written, 1 bad input (one line, nothing written), 2 bad arguments, 130 
 """
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

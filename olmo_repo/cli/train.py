@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RepoError, extras_missing
-from . import Errors, fail, freeze_imported, run
+from . import Errors, command, fail, freeze_imported, run
 from .launch import add_arguments, config_kind_problem, launched
 
 __all__ = ["main"]
@@ -34,6 +34,7 @@ def _training_errors() -> Errors:
     return RepoError, OLMoError
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

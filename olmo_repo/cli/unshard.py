@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import require_extras, run
+from . import command, require_extras, run
 
 __all__ = ["main"]
 
 PROG = "unshard.py"
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,

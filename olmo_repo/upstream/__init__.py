@@ -12,6 +12,8 @@ signature), instead of letting the project fall back silently:
                      names the HF side reads
     lm_eval.py       lm-eval 0.4.13: RULER's generator and scorer, the task YAML loader, its log level
     nltk.py          nltk 3.10: the offline Punkt data RULER needs
+    python.py        CPython 3.10-3.13: the steps of the interpreter's exit a finished command keeps
+                     (`olmo_repo.cli.command`), without its module teardown
     vllm.py          vllm 0.32 (its own environment, .venv-vllm): the Olmo2 layers the RePo model reuses
     olmo_core.py     ai2-olmo-core 3.0 (its own environment, .venv-core): the attention internals the RePo
                      attention of the OLMo-core side overrides and extends

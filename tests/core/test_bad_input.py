@@ -323,13 +323,11 @@ def test_a_missing_input_is_refused_before_olmo_core_loads(tmp_path, name, args)
     """A typo in a path answers at once (it took 10-29 s: OLMo-core and torch loaded first)."""
     missing, out = tmp_path / "nowhere", tmp_path / "out"
     argv = [str(ROOT / "scripts" / f"{name}.py"), *(a.format(missing=missing, out=out) for a in args)]
-    code = (
-        "import runpy, sys\n"
+    code = (  # the first exit handler runs last, also where the command ends the process itself
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print(sorted(m for m in ('torch', 'olmo_core', 'transformers') if m in sys.modules)))\n"
         f"sys.argv = {argv!r}\n"
-        "try:\n"
-        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-        "finally:\n"
-        "    print(sorted(m for m in ('torch', 'olmo_core', 'transformers') if m in sys.modules))\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     line = result.stderr.rstrip("\n")
