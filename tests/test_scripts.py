@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -185,7 +186,7 @@ def test_a_command_run_as_the_process_ends_it_with_its_status_after_the_exits_fi
     """`command`'s `main()` without argv (a script, a console script, `python -m`): the process ends as soon as
     `main` returns, after what the interpreter's exit does before its module teardown (an executor's and a
     thread's last writes, the atexit handlers, Python's and C's buffered output), with its status; the teardown
-    (here a module-level object's finalizer) is skipped. With argv, `main` only returns."""
+    (here a module-level object's finalizer) is skipped. With argv, or under a profiler, `main` only returns."""
     code = f"""
 import atexit, ctypes, threading, time
 from concurrent.futures import ThreadPoolExecutor
@@ -194,10 +195,14 @@ from olmo_repo.cli import command
 out = Path({str(tmp_path)!r})
 
 class Finalized:
-    def __del__(self):
-        print("teardown")
+    def __init__(self, path):
+        self.path = path
 
-kept = Finalized()
+    def __del__(self, open=open):  # builtins are gone by the time a teardown gets here
+        with open(self.path, "w") as f:
+            f.write("done")
+
+kept = Finalized(str(out / "teardown"))
 
 @command
 def main(argv=None):
@@ -209,12 +214,20 @@ def main(argv=None):
     return 3
 
 main()
-print("after main")
+print(" after main")
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # output to a pipe is buffered
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert (result.returncode, result.stdout, result.stderr) == (3, "python c", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["atexit", "executor", "thread"]
     assert command(lambda argv: 5)(["in", "process"]) == 5
+    # Under a profiler (cProfile writes its file after the script), the process goes on as without `command`.
+    profiled = subprocess.run([sys.executable, "-c", "import sys; sys.setprofile(lambda *a: None)\n" + code],
+                              capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert profiled.returncode == 0 and "after main" in profiled.stdout, profiled.stdout + profiled.stderr
+    assert (tmp_path / "teardown").is_file()
 
 
 @pytest.mark.parametrize("name", sorted(LIGHT))

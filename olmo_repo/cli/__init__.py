@@ -85,12 +85,13 @@ def command(main: Main) -> Main:
     """A command's `main(argv=None) -> status` (see the module's docstring): without `argv`, the process ends
     with the status once `main` returns, its threads joined, its exit handlers run and its output flushed, as
     the interpreter would, but without tearing its modules down. An exception (a bug's traceback, argparse's
-    exit) leaves the process as before."""
+    exit), or a profiler or tracer at work (`python -m cProfile -o`, coverage, a debugger: they write their
+    results after `main`), leaves the process as before."""
 
     @functools.wraps(main)
     def process(argv: list[str] | None = None) -> int:
         status = main(argv)
-        if argv is None:
+        if argv is None and sys.getprofile() is None and sys.gettrace() is None:
             exit_without_teardown(status)
         return status
 

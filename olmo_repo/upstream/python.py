@@ -8,10 +8,10 @@ module down, with several full garbage collections over every object still alive
 trainer (about a million objects) that last part costs ~2 s of CPU and changes nothing a user sees: a 2-step tiny
 ai2-olmo run took 8.7 CPU-s with it, 6.5 without.
 
-`exit_without_teardown(status)` does the first three, in that order, flushes C's stdio buffers too, and ends the
-process with `os._exit(status)`. The two private functions it calls are CPython's, the same in 3.10 to 3.13:
-`CANARIES` requires them, and tests/test_scripts.py checks the steps they stand for (a worker thread's last write,
-an atexit handler's, buffered output, the status)."""
+`exit_without_teardown(status)` does the first three, in that order (C's stdio buffers flushed too), and ends
+the process with `os._exit(status)`. The two private functions it calls are CPython's, the same in 3.10 to 3.13: `CANARIES`
+requires them, and tests/test_scripts.py checks the steps they stand for (an executor's and a thread's last
+writes, an atexit handler's, Python's and C's buffered output, the status)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ def exit_without_teardown(status: int) -> NoReturn:
             stream.flush()
         except (OSError, ValueError, AttributeError):  # closed, a broken pipe, or no stream at all
             pass
-    ctypes.CDLL(None).fflush(
-        None
-    )  # what C code printed (Python's own exit flushes it when the process exits)
+    try:  # and what C code printed: `os._exit` leaves C's stdio buffers unwritten
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, TypeError, AttributeError):  # no C library to open by that name (not Linux or macOS)
+        pass
     os._exit(status)
 
 
