@@ -100,11 +100,12 @@ def command(main: Main) -> Main:
 
 def freeze_imported() -> None:
     """Put every object alive now out of the garbage collector's reach until exit: called by a training command
-    once its trainer's modules are imported (and by the test sessions after collection). Those are about a million objects that never become garbage, which
-    each full collection would scan again: ai2-olmo's trainer runs one at every checkpoint save and restore
-    (~0.3 s each on a 2-core CPU; a 2-step CPU run spent 1.7 of its 10.5 s in six of them). They are unfrozen at
-    exit, so that a teardown finds them as before (Triton's extension reports objects still alive at its
-    teardown as leaks); a `command` run as the process skips the teardown."""
+    once its trainer's modules are imported (and by the test sessions after collection). Those are about a
+    million objects that never become garbage, which each full collection would scan again: ai2-olmo's trainer
+    runs one at every checkpoint save and restore (~0.3 s each on a 2-core CPU; a 2-step CPU run spent 1.7 of
+    its 10.5 s in six of them). They are unfrozen at exit, so that a teardown finds them as before (Triton's
+    extension reports objects still alive at its teardown as leaks); a `command` run as the process skips the
+    teardown."""
     gc.freeze()
     atexit.register(gc.unfreeze)
 

@@ -9,9 +9,9 @@ trainer (about a million objects) that last part costs ~2 s of CPU and changes n
 ai2-olmo run took 8.7 CPU-s with it, 6.5 without.
 
 `exit_without_teardown(status)` does the first three, in that order (C's stdio buffers flushed too), and ends
-the process with `os._exit(status)`. The two private functions it calls are CPython's, the same in 3.10 to 3.13: `CANARIES`
-requires them, and tests/test_scripts.py checks the steps they stand for (an executor's and a thread's last
-writes, an atexit handler's, Python's and C's buffered output, the status)."""
+the process with `os._exit(status)`. The two private functions it calls are CPython's, the same in 3.10 to
+3.13: `CANARIES` requires them, and tests/test_scripts.py checks the steps they stand for (an executor's and a
+thread's last writes, an atexit handler's, Python's and C's buffered output, the status)."""
 
 from __future__ import annotations
 
