@@ -38,6 +38,31 @@ def prepare_data(
     return done
 
 
+def prepare_each(model: Path, inputs: list[Path], runs: list[tuple[Path, int, int]]) -> None:
+    """`olmo_repo.fetch.prepare.prepare` of `inputs` into each (folder, shard tokens, tasks) of `runs`, one worker,
+    in one process of the data environment (a sweep of settings without a command's start-up for each)."""
+    script = (
+        "import json, sys; from olmo_repo.fetch.prepare import prepare\n"
+        "a = json.loads(sys.argv[1])\n"
+        "for out, shard, tasks in a['runs']:\n"
+        "    prepare(a['model'], a['inputs'], out, shard_tokens=shard, tasks=tasks, workers=1, progress=False)\n"
+    )
+    spec = {
+        "model": str(model),
+        "inputs": list(map(str, inputs)),
+        "runs": [(str(o), s, t) for o, s, t in runs],
+    }
+    done = subprocess.run(
+        [str(DATA_PYTHON), "-c", script, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+    if done.returncode:
+        raise AssertionError(f"prepare of {runs} failed:\n{done.stdout}\n{done.stderr[-3000:]}")
+
+
 def write_corpus(files: dict[Path, list[dict]]) -> None:
     """Corpus files, each in its suffix's format (`tests/corpus_files.py`; .jsonl.zst in .venv-data, which has
     zstandard)."""

@@ -24,7 +24,16 @@ from tokenizers import Tokenizer
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.demo.corpus import generate_document
 
-from .prepared_data import DATA_PYTHON, ROOT, SCRIPT, documents, needs_data_env, prepare_data, write_corpus
+from .prepared_data import (
+    DATA_PYTHON,
+    ROOT,
+    SCRIPT,
+    documents,
+    needs_data_env,
+    prepare_data,
+    prepare_each,
+    write_corpus,
+)
 
 pytestmark = [needs_data_env, pytest.mark.slow]
 
@@ -107,6 +116,29 @@ def test_ids_are_the_tokenizers_with_the_end_id_in_uint32_shards(tmp_path):
         out / "tokenizer.json"
     ).read_bytes() == model_tokenizer  # the tokenizer it was made with, as it is
     assert data["settings"]["tokenizer_sha256"] == hashlib.sha256(model_tokenizer).hexdigest()
+
+
+def test_every_shard_size_and_task_count_gives_the_documents(tmp_path):
+    """datatrove opens a new shard after any document that takes a task past `--shard-tokens`, its last one
+    included; that shard stays empty (at 1 token a shard, always): the folder has no empty shard, and its documents
+    and totals are the tokenizer's at every size (documents longer than a shard among them) and task count (more
+    tasks than files too)."""
+    long = [" ".join(_texts(12, seed=3 + i)) for i in range(2)]  # ~1,000 tokens each
+    texts = MIXED + _texts(30, seed=4) + long
+    parts = [texts[i::3] for i in range(3)]
+    corpus = tmp_path / "corpus"
+    write_corpus(
+        {corpus / n: [{"text": t} for t in p] for n, p in zip(["a.jsonl", "b.jsonl.zst", "c.parquet"], parts)}
+    )
+    runs = [(tmp_path / f"{s}-{t}", s, t) for s in (1, 13, 200, 5000) for t in (1, 2, 5)]
+    prepare_each(BASE_DIR, [corpus], runs)
+    for folder, shard_tokens, tasks in runs:
+        got, data = documents(folder), json.loads((folder / "data.json").read_text())
+        assert Counter(got) == _expected(texts), (shard_tokens, tasks)
+        assert all(0 < s["tokens"] < shard_tokens + max(map(len, got)) for s in data["shards"])
+        assert (data["tokens"], data["documents"]) == (sum(map(len, got)), len(texts))
+        assert sorted(p.name for p in folder.glob("part-*.npy")) == sorted(s["path"] for s in data["shards"])
+    assert len(json.loads((tmp_path / "1-1" / "data.json").read_text())["shards"]) == len(texts)
 
 
 @pytest.fixture(scope="module")

@@ -447,7 +447,9 @@ class TaskStart:
 class TaskShards:
     """The last step of a task: each shard datatrove wrote (`NNNNN_SSSSS_doc_shuffled.ds` and its `.index` of
     document ends) becomes `part-NNNNN-SSSSS.npy` with its documents' offsets (`.csv.gz`, written first), and the
-    task's record lists them (written last)."""
+    task's record lists them (written last). datatrove opens a new shard whenever the running total passes
+    `max_tokens_per_file` after a document, the task's last one included: that shard stays empty, and is removed
+    (the parts are numbered without it)."""
 
     def __init__(self, output: str) -> None:
         self.output = output
@@ -459,18 +461,23 @@ class TaskShards:
 
         out, shards, sub = _folder(self.output), [], 0
         while out.isfile(name := shard_name(rank, sub)):
+            sub += 1
             with out.open(f"{name}.index", "rb") as f:
-                ends = np.frombuffer(f.read(), dtype="<u8")
-            if out.size(name) != 4 * int(ends[-1]):
-                raise RuntimeError(f"{name}: {out.size(name)} bytes for {int(ends[-1])} tokens")
-            part = f"part-{rank:05d}-{sub:05d}.npy"
+                ends = np.frombuffer(f.read(), dtype="<u8")  # [documents] cumulative token ends
+            tokens = int(ends[-1]) if len(ends) else 0
+            if out.size(name) != 4 * tokens:
+                raise RuntimeError(f"{name}: {out.size(name)} bytes for {tokens} tokens")
+            if not tokens:
+                out.rm_file(name)
+                out.rm_file(f"{name}.index")
+                continue
+            part = f"part-{rank:05d}-{len(shards):05d}.npy"
             starts = np.concatenate([np.zeros(1, dtype=ends.dtype), ends[:-1]])  # uint64: no float
             rows = "".join(f"{s},{e}\n" for s, e in zip(starts.tolist(), ends.tolist()))
             out.pipe_file(shard_documents_name(part), gzip.compress(rows.encode(), mtime=0))
             out.mv(name, part)
             out.rm_file(f"{name}.index")
-            shards.append({"path": part, "tokens": int(ends[-1]), "documents": len(ends)})
-            sub += 1
+            shards.append({"path": part, "tokens": tokens, "documents": len(ends)})
         _write(out, f"{STATE}/shards/{rank:05d}.json", json.dumps(shards))
         return data
 
