@@ -25,6 +25,7 @@ from olmo_repo.cli import train as train_cli
 from olmo_repo.modes import index_blend
 from olmo_repo.ownership import LOCK_FILE
 
+from .dead_terminal import run_to_head
 from .s3_server import loopback_s3
 from .training import (
     STAGE1,
@@ -103,7 +104,11 @@ def test_killed_run_resumes_with_identical_losses_and_data_order(tmp_path):
     data = write_corpus(tmp_path / "data")
     steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4, **LEARNING)
     reference = tmp_path / "reference"
-    _run(train_command(STAGE1, small(data, reference, **steps)))
+    # Its standard output closed after one line (`| head -1`): the run goes on, saying nothing of it on stderr.
+    log = tmp_path / "reference.err"
+    command = train_command(STAGE1, small(data, reference, **steps))
+    assert run_to_head(command, log=log, env=subprocess_env())[0] == 0, log.read_text()[-3000:]
+    assert "Logging error" not in log.read_text() and "Traceback" not in log.read_text()
     expected = losses(reference)
     assert sorted(expected) == list(range(1, 41))
 

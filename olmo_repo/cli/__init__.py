@@ -10,6 +10,11 @@ then calls the library through `run`. Every command follows one convention:
   `PROG: error: ...` on stderr (`fail`), with no traceback; a bug keeps its traceback;
 - exit 130: Ctrl-C (`PROG: interrupted`).
 
+The exit status says whether the work was done, whatever became of the terminal: a command whose standard output
+or error is closed (`| head`) or whose log's disk is full goes on quietly (`olmo_repo.terminal`) and exits 0 when
+its product is whole: its files, or, for a command whose product is what it prints (`flops.py`, a `--dry-run`),
+its printout, so that there a lost standard output is exit 1.
+
 PROG is the script's file name (`fetch.py`), the parser's `prog`. The scripts are three lines that call `main`.
 
 Each `main` is a `command`: called with `argv` (a test, in-process) it returns its status; called without (the
@@ -30,6 +35,7 @@ from pathlib import Path
 from ..errors import RepoError, extras_missing, missing_extra
 from ..integrity import require_model_dir
 from ..output import check_distinct, check_replaceable
+from ..terminal import keep_working_without_terminal
 from ..upstream.olmo_core import quiet_optional_backends
 from ..upstream.python import exit_without_teardown
 
@@ -82,7 +88,8 @@ Main = Callable[[list[str] | None], int]
 
 
 def command(main: Main) -> Main:
-    """A command's `main(argv=None) -> status` (see the module's docstring): without `argv`, the process ends
+    """A command's `main(argv=None) -> status` (see the module's docstring): without `argv`, its output streams
+    are the terminal's, whose loss ends the printing, not the work (`olmo_repo.terminal`), and the process ends
     with the status once `main` returns, its threads joined, its exit handlers run and its output flushed, as
     the interpreter would, but without tearing its modules down. An exception (a bug's traceback, argparse's
     exit), or a profiler or tracer at work (`python -m cProfile -o`, coverage, a debugger: they write their
@@ -90,6 +97,8 @@ def command(main: Main) -> Main:
 
     @functools.wraps(main)
     def process(argv: list[str] | None = None) -> int:
+        if argv is None:
+            keep_working_without_terminal()
         status = main(argv)
         if argv is None and sys.getprofile() is None and sys.gettrace() is None:
             exit_without_teardown(status)

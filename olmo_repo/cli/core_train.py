@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RepoError, extras_missing
+from ..terminal import check_printed
 from . import Errors, command, fail, freeze_imported, positive_int
 from .launch import add_arguments, config_kind_problem, launched
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     freeze_imported()
     try:
         run(build(load_build_config(opts.config), opts, overrides), opts)
+        if opts.dry_run:
+            check_printed("the config")
     except errors() as e:
         return fail("core_train.py", e)
     return 0

@@ -7,6 +7,7 @@ import argparse
 from urllib.parse import urlparse
 
 from ..fetch import GROUPS
+from ..terminal import check_printed
 from . import command, run
 
 __all__ = ["main"]
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             dry_run=args.dry_run,
             progress=not args.no_progress,
         )
+        if args.dry_run:
+            check_printed("the plan")
         return 130 if outcome.interrupted else 0 if outcome.complete else 1
 
     return run(PROG, fetch, needs=("ai2-olmo",))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..terminal import check_printed
 from . import command, run
 
 __all__ = ["main"]
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             for model in args.models
         }
         print(flops.flops_table(counts, args.tokens))
+        check_printed("the table")
 
     configs = any(not Path(model).is_dir() for model in args.models)  # ai2-olmo configs (YAML)
     return run(PROG, table, needs=("ai2-olmo",) if configs else ())

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..datafolder import DATA_FORMAT, MANIFEST, STARTED, STATE, TOKENIZER, shard_documents_name
 from ..errors import RepoError
 from ..output import write_file
+from ..terminal import QuietStream
 from .inputs import Inputs, common_root, record_problem, resolve_inputs
 from .tokens import _model_files, end_token_id
 
@@ -359,7 +360,7 @@ def _stderr_to(log: Path) -> Iterator[Any]:
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
-    terminal = os.fdopen(os.dup(saved), "w", buffering=1)
+    terminal = QuietStream(os.fdopen(os.dup(saved), "w", buffering=1))
     with open(log, "a") as f:
         os.dup2(f.fileno(), 2)
     try:
