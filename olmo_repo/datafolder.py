@@ -111,14 +111,20 @@ def parse(text: str, where: str, format: str) -> dict[str, Any]:
 
 def manifest(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any]:
     """A data folder's `data.json`; `RepoError` saying what to do when it is missing (an unfinished or wrong
-    folder)."""
+    folder) or lists no token."""
     path = f"{str(folder).rstrip('/')}/{MANIFEST}"
     if (file := fetch(path)) is None:
         raise RepoError(
             f"{folder} has no {MANIFEST}: not a finished data folder of scripts/prepare_data.py (rerun it, or "
             "its --join step after a run on several machines)"
         )
-    return parse(file.read_text(encoding="utf-8"), path, DATA_FORMAT)
+    data = parse(file.read_text(encoding="utf-8"), path, DATA_FORMAT)
+    if not data.get("tokens"):  # written before prepare_data.py refused such inputs
+        raise RepoError(
+            f"{folder} holds no tokens: its inputs had no document (every text empty); make it again from records "
+            "with text (scripts/prepare_data.py)"
+        )
+    return data
 
 
 def mix(folder: str | Path, fetch: Fetch = local_file) -> dict[str, Any] | None:

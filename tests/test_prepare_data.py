@@ -7,6 +7,7 @@ nothing written. tokenize_text.py's output is unchanged (the SmolLM2 recipe's nu
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from tokenizers import Tokenizer
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.demo.corpus import generate_document
 
+from .dead_terminal import run_to_head
 from .prepared_data import (
     DATA_PYTHON,
     ROOT,
@@ -139,6 +141,16 @@ def test_every_shard_size_and_task_count_gives_the_documents(tmp_path):
         assert (data["tokens"], data["documents"]) == (sum(map(len, got)), len(texts))
         assert sorted(p.name for p in folder.glob("part-*.npy")) == sorted(s["path"] for s in data["shards"])
     assert len(json.loads((tmp_path / "1-1" / "data.json").read_text())["shards"]) == len(texts)
+
+
+def test_a_closed_terminal_ends_the_printing_not_the_work(tmp_path):
+    """`prepare_data.py ... 2>&1 | head -1`, its progress bar on: the folder whole, exit 0 (once: exit 1)."""
+    texts = _texts(20, seed=5)
+    write_corpus({tmp_path / "a.jsonl": [{"text": t} for t in texts]})
+    command = [str(DATA_PYTHON), str(SCRIPT), "--model", str(BASE_DIR), "--output", str(tmp_path / "out"),
+               "--workers", "1", str(tmp_path / "a.jsonl")]  # fmt: skip
+    assert run_to_head(command, env={**os.environ, "PYTHONPATH": str(ROOT)})[0] == 0
+    assert Counter(documents(tmp_path / "out")) == _expected(texts)
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +305,31 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
     if case == "non-UTF-8 byte":
         write_corpus({tmp_path / "c.jsonl.gz": [{"text": "a"}, {"raw": b'{"text": "caf\xe9"}'.hex()}]})
         return ["--model", model, "--output", out, str(tmp_path / "c.jsonl.gz")], "line 2 is not UTF-8"
+    if case.startswith("truncated"):  # a copy or download cut short: its last 40 bytes lost
+        name = {
+            "truncated gzip": "c.jsonl.gz",
+            "truncated zstd": "c.jsonl.zst",
+            "truncated parquet": "p.parquet",
+        }
+        path = tmp_path / name[case]
+        write_corpus({path: [{"text": " ".join(_texts(30, seed=6))}]})
+        path.write_bytes(path.read_bytes()[:-40])
+        return ["--model", model, "--output", out, str(path)], f"{path} is truncated: "
+    if case == "corrupt gzip":  # its checksum does not match its content
+        whole = gzip.compress(b'{"text": "a"}\n' * 100)
+        (tmp_path / "c.jsonl.gz").write_bytes(whole[:-8] + bytes(8))
+        return [
+            "--model",
+            model,
+            "--output",
+            out,
+            str(tmp_path / "c.jsonl.gz"),
+        ], "is not a readable gzip file"
+    if case == "no document":  # every text empty: datatrove skips such records, and the folder had 0 tokens
+        write_corpus({tmp_path / "c.jsonl": [{"text": ""}] * 3, tmp_path / "p.parquet": [{"text": ""}]})
+        return ["--model", model, "--output", out, str(tmp_path / "c.jsonl"), str(tmp_path / "p.parquet")], (
+            "holds no document: every record's text is empty"
+        )
     if case == "parquet without text":
         write_corpus({tmp_path / "p.parquet": [{"body": "b"}]})
         return ["--model", model, "--output", out, str(tmp_path / "p.parquet")], "has no column 'text'"
@@ -333,7 +370,8 @@ def _bad(tmp_path: Path, case: str) -> tuple[list[str], str]:
 @pytest.mark.parametrize(
     "case",
     ["missing input", "empty file", "not jsonl or parquet", "record without text", "non-UTF-8 byte",
-     "parquet without text", "unreadable tokenizer", "output holds other files", "mix shares"],
+     "truncated gzip", "truncated zstd", "truncated parquet", "corrupt gzip", "no document", "parquet without text",
+     "unreadable tokenizer", "output holds other files", "mix shares"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     args, words = _bad(tmp_path, case)
@@ -361,6 +399,7 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
 
     from olmo_repo import RepoTrainConfig
     from olmo_repo.ai2olmo.preflight import _check_tokenizer
+    from olmo_repo.errors import RepoError
 
     _, one, _ = corpus
     config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
@@ -372,6 +411,15 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
     first = np.fromfile(shards[0], dtype="<u4")[: cfg.model.max_sequence_length]
     assert dataset[0]["input_ids"].tolist() == first.tolist()
     assert _check_tokenizer(cfg) == []
+
+    empty = (
+        tmp_path / "empty"
+    )  # a folder of inputs with empty texts, as once written: named, on both trainers
+    shutil.copytree(one, empty)
+    manifest = json.loads((empty / "data.json").read_text())
+    (empty / "data.json").write_text(json.dumps({**manifest, "tokens": 0, "documents": 0, "shards": []}))
+    with pytest.raises(RepoError, match=rf"^{empty} holds no tokens: its inputs had no document"):
+        RepoTrainConfig.load(config, [f"data_prefix={empty}", f"data.paths=[{empty}]"])
 
     other = _swapped_tokenizer(tmp_path / "other.json")
     problems = _check_tokenizer(RepoTrainConfig.load(config, [*overrides, f"tokenizer.identifier={other}"]))

@@ -12,11 +12,21 @@ is said at once, not found later as missing documents. Reads through fsspec (s3f
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO, NamedTuple
 
 from ..errors import RepoError
 
-__all__ = ["JSONL_SUFFIXES", "PARQUET_SUFFIXES", "Inputs", "common_root", "record_problem", "resolve_inputs"]
+__all__ = [
+    "JSONL_SUFFIXES",
+    "PARQUET_SUFFIXES",
+    "Inputs",
+    "Records",
+    "common_root",
+    "read_records",
+    "resolve_inputs",
+]
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -78,64 +88,137 @@ def resolve_inputs(inputs: list[str], flag: str = "input") -> Inputs:
     return Inputs(tuple(sorted(jsonl)), tuple(sorted(parquet)), size)
 
 
-def record_problem(url: str) -> str | None:
-    """What is wrong with a file's records, in a few words naming the first bad one, or None: a line that is
-    not a JSON object, bytes that are not UTF-8, a record whose `text` is missing or not a string. Reads the whole
-    file (decompressed as datatrove decompresses it, from its suffix)."""
-    return _parquet_problem(url) if _kind(url) == "parquet" else _jsonl_problem(url)
+class Records(NamedTuple):
+    """What reading a file's records found: the first problem (a few words naming it), or None, and how many
+    documents it holds (records whose text is not empty: datatrove's readers skip the others)."""
+
+    problem: str | None
+    documents: int
 
 
-def _jsonl_problem(url: str) -> str | None:
-    import io
+def read_records(url: str) -> Records:
+    """Every record of a file, as datatrove will read it (decompressed by its suffix): a line that is not a JSON
+    object, bytes that are not UTF-8, a record whose `text` is missing or not a string, a compressed stream cut
+    short ("truncated") or corrupt, and the documents it holds."""
+    return _parquet_records(url) if _kind(url) == "parquet" else _jsonl_records(url)
 
+
+def _jsonl_records(url: str) -> Records:
     import fsspec
     import orjson
 
-    with fsspec.open(url, "rb", compression="infer") as f:
-        # zstd's stream reads but has no readline: a buffer gives lines of any stream
-        for number, line in enumerate(io.BufferedReader(f), start=1):
-            if not line.strip():
-                continue
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return f"{url}: line {number} is not UTF-8 ({e.reason} at byte {e.start})"
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                return f"{url}: line {number} is not a JSON object ({e})"
-            if problem := _text_problem(record):
-                return f"{url}: line {number} {problem}"
-    return None
+    documents = 0
+    with fsspec.open(url, "rb") as raw:
+        try:
+            for number, line in enumerate(_lines(raw, url), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return Records(
+                        f"{url}: line {number} is not UTF-8 ({e.reason} at byte {e.start})", documents
+                    )
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    return Records(f"{url}: line {number} is not a JSON object ({e})", documents)
+                if problem := _text_problem(record):
+                    return Records(f"{url}: line {number} {problem}", documents)
+                documents += bool(record[TEXT])
+        except EOFError:
+            return Records(f"{url} is truncated: its compressed stream ends before its end marker", documents)
+        except _CorruptStream as e:
+            return Records(f"{url} is not a readable {e.args[0]} file ({e.__cause__})", documents)
+    return Records(None, documents)
 
 
-def _parquet_problem(url: str) -> str | None:
+class _CorruptStream(Exception):
+    """A compressed stream that does not decompress; args[0] names its format, the cause says why."""
+
+
+def _lines(raw: BinaryIO, url: str) -> Iterator[bytes]:
+    """The lines of a jsonl file's bytes, decompressed by its suffix (.gz, .zst). EOFError where a compressed
+    stream ends before its end marker (a file cut short); `_CorruptStream` where it does not decompress."""
+    import gzip
+    import zlib
+
+    if url.endswith(".gz"):
+        with gzip.GzipFile(fileobj=raw) as f:
+            try:
+                yield from f
+            except (gzip.BadGzipFile, zlib.error) as e:
+                raise _CorruptStream("gzip") from e
+    elif url.endswith(".zst"):
+        import zstandard
+
+        try:
+            yield from _split_lines(_zstd_chunks(raw))
+        except zstandard.ZstdError as e:
+            raise _CorruptStream("zstd") from e
+    else:
+        yield from raw
+
+
+def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
+    """The decompressed bytes of every zstd frame of `raw`, in chunks; EOFError where the last frame is not whole
+    (zstandard's stream reader returns a cut frame's bytes without a word)."""
+    import zstandard
+
+    frame, fed = zstandard.ZstdDecompressor().decompressobj(), False
+    while chunk := raw.read(1 << 20):
+        while chunk:
+            yield frame.decompress(chunk)
+            fed, chunk = True, b""
+            if frame.eof:  # the next frame may start in this chunk
+                chunk, frame, fed = frame.unused_data, zstandard.ZstdDecompressor().decompressobj(), False
+    if fed:
+        raise EOFError("a zstd frame is cut short")
+
+
+def _split_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    rest = b""
+    for chunk in chunks:
+        *lines, rest = (rest + chunk).split(b"\n")
+        yield from lines
+    if rest:
+        yield rest
+
+
+def _parquet_records(url: str) -> Records:
     import fsspec
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     with fsspec.open(url, "rb") as f:
         try:
             table = pq.ParquetFile(f)
         except pa.ArrowException as e:
-            return f"{url} is not a parquet file ({e})"
+            f.seek(0)
+            if f.read(4) == b"PAR1":  # a parquet file's first bytes, and its last: a file cut short lost them
+                return Records(f"{url} is truncated: its parquet footer is missing", 0)
+            return Records(f"{url} is not a parquet file ({e})", 0)
         if TEXT not in table.schema_arrow.names:
-            return f"{url} has no column {TEXT!r} (columns: {', '.join(table.schema_arrow.names)})"
+            return Records(
+                f"{url} has no column {TEXT!r} (columns: {', '.join(table.schema_arrow.names)})", 0
+            )
         kind = table.schema_arrow.field(TEXT).type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            return f"{url}: column {TEXT!r} is {kind}, not text"
-        row = 0
+            return Records(f"{url}: column {TEXT!r} is {kind}, not text", 0)
+        row = documents = 0
         try:
             for batch in table.iter_batches(columns=[TEXT], batch_size=4096):
                 column = batch.column(0)
                 if column.null_count:
                     first = column.is_null().to_pylist().index(True)
-                    return f"{url}: record {row + first + 1} has no {TEXT!r} (null)"
+                    return Records(f"{url}: record {row + first + 1} has no {TEXT!r} (null)", 0)
                 column.validate(full=True)  # a string column's bytes are UTF-8
                 row += len(column)
+                documents += pc.sum(pc.greater(pc.binary_length(column), 0)).as_py() or 0
         except pa.ArrowException as e:
-            return f"{url}: a record after row {row} is not UTF-8 text ({e})"
-    return None
+            return Records(f"{url}: a record after row {row} is not UTF-8 text ({e})", 0)
+    return Records(None, documents)
 
 
 def _text_problem(record: object) -> str | None:

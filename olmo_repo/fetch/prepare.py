@@ -45,7 +45,7 @@ from ..datafolder import DATA_FORMAT, MANIFEST, STARTED, STATE, TOKENIZER, shard
 from ..errors import RepoError
 from ..output import write_file
 from ..terminal import QuietStream
-from .inputs import Inputs, common_root, record_problem, resolve_inputs
+from .inputs import Inputs, common_root, read_records, resolve_inputs
 from .tokens import _model_files, end_token_id
 
 if TYPE_CHECKING:
@@ -198,20 +198,24 @@ def _ranks(tasks: int, nodes: int, node_rank: int) -> range:
     return range(node_rank * tasks // nodes, (node_rank + 1) * tasks // nodes)
 
 
-def _check_records(files: list[str], workers: int) -> None:
-    """Every record of `files` (`inputs.record_problem`), on `workers` processes; the first problem in one line."""
+def _check_records(files: list[str], workers: int) -> int:
+    """Every record of `files` (`inputs.read_records`), on `workers` processes: the first problem in one line
+    (`RepoError`), else the documents they hold."""
     if workers == 1 or len(files) < 2:
-        problems = map(record_problem, files)
+        read = map(read_records, files)
     else:
         pool = ProcessPoolExecutor(min(workers, len(files)))
-        problems = pool.map(record_problem, files)
+        read = pool.map(read_records, files)
+    documents = 0
     try:
-        for problem in problems:
+        for problem, found in read:
             if problem:
                 raise RepoError(problem)
+            documents += found
     finally:
         if "pool" in locals():
             pool.shutdown(cancel_futures=True)
+    return documents
 
 
 @dataclass(frozen=True)
@@ -260,7 +264,11 @@ def plan(
                 out.rm_file(f"{STATE}/logs/completions/{rank:05d}")
     todo = [r for r in ranks if not _done(out, r)]
     workers = workers or os.cpu_count() or 1
-    _check_records([f for r in todo for f in files.files[r::tasks]], workers)
+    documents = _check_records([f for r in todo for f in files.files[r::tasks]], workers)
+    if (
+        not documents and todo and todo == list(ranks) and nodes == 1
+    ):  # a new run (N machines: the join says it)
+        raise RepoError(f"{flag} {' '.join(inputs)} holds no document: every record's text is empty")
     root, work = common_root(files.files), _work(out, nodes)
     return Plan(output.rstrip("/"), root, files, model, settings, ranks, todo, workers, work, progress)
 
@@ -507,6 +515,8 @@ def join(output: str) -> Prepared:
     with out.open(TOKENIZER, "rt") as f:
         vocab_size = Tokenizer.from_str(f.read()).get_vocab_size(with_added_tokens=True)
     tokens, documents = sum(s["tokens"] for s in shards), sum(s["documents"] for s in shards)
+    if not tokens:
+        raise RepoError(f"--output {output}: its inputs hold no document (every record's text is empty)")
     manifest = {
         "format": DATA_FORMAT,
         "tokenizer": TOKENIZER,

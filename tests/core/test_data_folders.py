@@ -92,6 +92,12 @@ def test_a_source_made_with_another_tokenizer_or_end_id_or_unfinished_is_named(t
     ):
         check_experiment(config, world_size=2)
 
+    manifest = json.loads((tmp_path / "eos" / "data.json").read_text())  # inputs of empty texts, once written
+    empty = {**manifest, "tokens": 0, "documents": 0, "shards": []}
+    (tmp_path / "eos" / "data.json").write_text(json.dumps(empty))
+    with pytest.raises(RepoError, match=rf"^{tmp_path}/eos holds no tokens: its inputs had no document"):
+        _config(tmp_path / "eos", tmp_path / "run4")
+
     (tmp_path / "eos" / "data.json").unlink()  # a run not finished (or not joined): its manifest is missing
     with pytest.raises(RepoError, match=r"eos has no data.json: not a finished data folder"):
         _config(tmp_path / "eos", tmp_path / "run3")
