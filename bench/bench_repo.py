@@ -8,7 +8,8 @@ Variants share the base weights and the inputs; repetitions are interleaved in a
 so drift of a shared machine hits every variant alike. `repo-reference` is RePo with the reference
 implementation's approach to rotation: per-head fp32 cos/sin tables [B, H, T, d] built by autograd and kept
 for backward (`olmo_repo.rope.rotate_reference`). The GPU sizes time RoPE, RePo (with its Triton kernels) and
-`repo-torch`, RePo without them (the torch code: `olmo_repo.rope.use_kernels(False)`). Several sizes run one after the other in the same process
+`repo-torch`, RePo without them (the torch code: `olmo_repo.rope.set_kernels(model, "torch")`). Several sizes run one
+after the other in the same process
 (`--size cpu,cpu-gqa`: multi-head and grouped-query attention) and end with a side-by-side table. The last
 printed line (one per size, named in brackets when there are several) is
 
@@ -58,7 +59,7 @@ from tqdm import tqdm
 import olmo_repo.rope
 from olmo_repo import RepoModelConfig, build_model, olmo2_model_config
 from olmo_repo.modes import is_f_phi_param
-from olmo_repo.rope import rotate_reference, use_kernels
+from olmo_repo.rope import rotate_reference, set_kernels
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,15 @@ def reference_rotation(enabled: bool) -> Iterator[None]:
         olmo_repo.rope.rotate_qk, olmo_repo.rope.rotate_forward = originals
 
 
+TORCH_PATH = ("repo-reference", "repo-torch")
+"""Variants whose RePo layers run the torch code (`set_kernels(model, "torch")`): RePo's torch code, and the
+reference's rotation (swapped into the torch code, which RePo's kernels would otherwise replace on CUDA)."""
+
+
 @contextlib.contextmanager
 def variant(name: str) -> Iterator[None]:
-    """What a variant runs besides its model: `repo-reference` the reference's rotation, `repo-torch` RePo's torch
-    code (both without RePo's kernels, which would otherwise run on CUDA instead of the rotation swapped in)."""
-    kernels = use_kernels(False) if name in ("repo-reference", "repo-torch") else contextlib.nullcontext()
-    with kernels, reference_rotation(name == "repo-reference"):
+    """What a variant runs besides its model: `repo-reference` the reference's rotation."""
+    with reference_rotation(name == "repo-reference"):
         yield
 
 
@@ -217,23 +221,26 @@ def component_times(
     def autocast():
         return torch.autocast(device, dtype=dtype, enabled=amp is not None)
 
-    def f_phi(kernels: bool | None) -> Callable[[], None]:
+    def f_phi(kernels: str | None) -> Callable[[], None]:
         def go() -> None:
-            with autocast(), use_kernels(kernels):
+            set_kernels(repo_block, kernels)
+            with autocast():
                 z = repo_block.predict_positions(x)
             backward(z)
 
         return go
 
-    def rotation(kernels: bool | None, compiled: bool | None = None) -> Callable[[], None]:
+    def rotation(kernels: str | None, compiled: bool | None = None) -> Callable[[], None]:
         def go() -> None:
-            with autocast(), use_kernels(kernels):
+            set_kernels(repo_block, kernels)
+            with autocast():
                 outs = repo_block.apply_positions(q, k, positions, compiled=compiled)
             backward(*outs)
 
         return go
 
     def reference() -> None:
+        set_kernels(repo_block, "torch")
         with autocast(), variant("repo-reference"):
             outs = repo_block.apply_positions(q, k, positions)
         backward(*outs)
@@ -244,15 +251,16 @@ def component_times(
         backward(*outs)
 
     def decode() -> None:
+        set_kernels(repo_block, None)
         with torch.no_grad(), autocast():
             repo_block.apply_positions(q[:1, :, :1], k[:1, :, :1], repo_block.predict_positions(x[:1, :1]))
 
     pieces = {"f_phi": f_phi(None)}
-    if olmo_repo.rope._kernels(q, k, positions) is not None:
-        pieces |= {"f_phi-torch": f_phi(False), "rotation-kernel": rotation(None)}
+    if olmo_repo.rope._kernels(None, q, k, positions) is not None:
+        pieces |= {"f_phi-torch": f_phi("torch"), "rotation-kernel": rotation(None)}
     pieces |= {
-        "rotation-eager": rotation(False, compiled=False),
-        "rotation-compiled": rotation(False, compiled=True),
+        "rotation-eager": rotation("torch", compiled=False),
+        "rotation-compiled": rotation("torch", compiled=True),
         "rotation-reference": reference,
         "rope-rotary": rope,
         "decode": decode,
@@ -265,6 +273,7 @@ def component_times(
         random.shuffle(order)
         for name in order:
             samples[name].append(timed(pieces[name], device))
+    set_kernels(repo_block, None)
     return samples
 
 
@@ -298,6 +307,8 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
     for name in variants:
         torch.manual_seed(seed)  # same base weights for every variant
         models[name] = build_model(model_config(size, MODES[name], device)).train()
+        if name in TORCH_PATH:
+            set_kernels(models[name], "torch")
     ids = torch.randint(0, size.vocab, (size.batch, size.seq + 1), device=device)
     prompt = torch.randint(0, size.vocab, (1, size.prompt), device=device)
 
@@ -368,7 +379,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
 
 def kernels_in_use(device: str) -> str | None:
     """The Triton version whose kernels RePo runs on `device`, or None (the torch code: CPU)."""
-    if olmo_repo.rope._kernels(torch.zeros(1, device=device)) is None:
+    if olmo_repo.rope._kernels(None, torch.zeros(1, device=device)) is None:
         return None
     import triton
 

@@ -33,7 +33,8 @@ gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x
     dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
     dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)      # summed over a query group
 
-On CUDA, f_phi and the rotation run RePo's own Triton kernels (`olmo_repo.kernels`, `use_kernels`): gate_map
+On CUDA, f_phi and the rotation run RePo's own Triton kernels (`olmo_repo.kernels`; where: `set_kernels` and
+`OLMO_REPO_KERNELS`, decided in `olmo_repo.kernels.select`, each variant checked on its device first): gate_map
 and content_map as one GEMM with fp32 output (their weights joined at each call), SiLU, product and final_map in
 one pass, and the rotation of a key/value head's query group and key in one pass per direction, angles fp32 in
 the kernel. The torch code in this file is their reference and runs everywhere else: on CPU (eagerly: compiling
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,16 +87,19 @@ __all__ = [
     "rotate_qk",
     "rotate_reference",
     "set_index_blend",
+    "set_kernels",
     "spread",
-    "use_kernels",
 ]
 
 
-def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -> Tensor:
+def f_phi(
+    x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor, *, kernels: str | None = None
+) -> Tensor:
     """Positions [..., H, T] from x [..., T, d] and the three weights (H: final_map's rows); fp32 (float64 for
     float64 inputs).
 
     The compute precision of the two input projections is autocast's dtype if autocast is on, else x's.
+    `kernels`: where RePo's kernels run (`KERNELS`; None: as `OLMO_REPO_KERNELS` says, on CUDA).
     """
     device = x.device.type
     autocast = torch.is_autocast_enabled(device) and x.dtype != torch.float64
@@ -109,42 +112,37 @@ def f_phi(x: Tensor, gate_map: Tensor, content_map: Tensor, final_map: Tensor) -
         else:
             x = x.to(dtype)
             project = lambda w: F.linear(x, w.to(dtype))  # noqa: E731
-        if (kernels := _kernels(x, gate_map, content_map, final_map)) is not None:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, gate_map, content_map, final_map))
+        run = _kernels(kernels, x, gate_map, content_map, final_map)
+        if run is not None and run.f_phi_ready(x.numel() // max(x.shape[-1], 1), final_map, grad):
             # One GEMM for both input projections. Their weights are joined at each call (2 x hidden x d_model, a
             # copy of microseconds), so that they stay the parameters that FSDP shards, the optimizer updates in
             # place and checkpoints name; a cached join would go stale.
             gate_content = project(torch.cat((gate_map, content_map)))  # [..., T, 2 * hidden] fp32
-            z = kernels.f_phi_tail(gate_content, final_map)  # [..., T, H]
+            z = run.f_phi_tail(gate_content, final_map)  # [..., T, H]
         else:
             z = F.linear(F.silu(project(gate_map)) * project(content_map), final_map.to(dtype))  # [..., T, H]
     return z.transpose(-1, -2)
 
 
-_kernels_where: bool | None = False if os.environ.get("OLMO_REPO_KERNELS") == "0" else None
+KERNELS = (None, "torch", "kernels")
+"""Where a RePo layer runs RePo's kernels (`RepoLayer.repo_kernels`, `set_kernels`): None as `OLMO_REPO_KERNELS`
+says (`olmo_repo.kernels.select`: on CUDA, each variant checked there first, by default), "torch" nowhere (the
+torch code: benchmarks compare the two), "kernels" on every device (CPU tensors too, under Triton's interpreter,
+`TRITON_INTERPRET=1`: how the tests run them without a GPU)."""
 
 
-@contextmanager
-def use_kernels(where: bool | None) -> Iterator[None]:
-    """Where f_phi and the rotation run RePo's Triton kernels (`olmo_repo.kernels`) while the block runs: None on
-    CUDA (the default), False nowhere (the torch code: benchmarks compare the two; `OLMO_REPO_KERNELS=0` sets
-    this for a whole process), True on every device (CPU tensors too, under Triton's interpreter,
-    `TRITON_INTERPRET=1`: how the tests run them without a GPU)."""
-    global _kernels_where
-    previous, _kernels_where = _kernels_where, where
-    try:
-        yield
-    finally:
-        _kernels_where = previous
-
-
-def _kernels(*tensors: Tensor) -> ModuleType | None:
-    """`olmo_repo.kernels` if its kernels are to run on these tensors (`use_kernels`), else None: the torch code
-    runs. None also inside torch.compile's tracing (it fuses the torch code itself; vLLM's compiled model), for
-    dtypes or tensors the kernels do not take (`kernels.supports`), and where they do not import."""
-    if _kernels_where is False or (_kernels_where is None and not tensors[0].is_cuda) or _compiling():
+def _kernels(where: str | None, *tensors: Tensor) -> ModuleType | None:
+    """`olmo_repo.kernels` if its kernels are wanted on these tensors (`KERNELS`), else None: the torch code runs.
+    None also inside torch.compile's tracing (it fuses the torch code itself; vLLM's compiled model), for dtypes
+    or tensors the kernels do not take (`kernels.supports`), and where they do not import. Whether a kernel's
+    variant then runs is the kernel module's `ready`."""
+    if where == "torch" or (where is None and not tensors[0].is_cuda) or _compiling():
         return None  # (asked before the import: a traced graph must not break, vLLM's is traced whole)
     kernels = _import_kernels()
-    return kernels if kernels is not None and kernels.supports(*tensors) else None
+    if kernels is None or not kernels.supports(*tensors):
+        return None
+    return kernels if kernels.select.wanted(where, tensors[0].device) else None
 
 
 # torch.compiler.is_compiling (torch >= 2.3); a converted checkpoint may meet an older torch, which cannot trace.
@@ -162,8 +160,9 @@ def _import_kernels() -> ModuleType | None:
     return kernels
 
 
-# torch.mm(..., out_dtype) is recent; converted checkpoints may meet an older torch (then: fp32 copies).
-_MM_HAS_OUT_DTYPE = "out_dtype" in (torch.mm.__doc__ or "")
+# torch.mm(..., out_dtype) (the `aten::mm.dtype` overload) is recent; converted checkpoints may meet an older torch
+# (then: fp32 copies).
+_MM_HAS_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
 
 
 def _no_autocast(device: str) -> contextlib.AbstractContextManager:
@@ -277,14 +276,26 @@ def _rotate_backward(
     return (None if grad_pos is None else grad_pos.to(positions.dtype)), grad_xs
 
 
+def _specialisation(args: tuple) -> tuple:
+    """What torch.compile (dynamic shapes) compiles a graph per: each tensor's device, dtype and number of dims,
+    every other argument's value (lists of tensors looked into)."""
+    key = []
+    for arg in args:
+        for a in arg if isinstance(arg, list) else (arg,):
+            key.append((a.device, a.dtype, a.dim()) if isinstance(a, Tensor) else a)
+    return tuple(key)
+
+
 class _CompileOrFallBack:
-    """`torch.compile(fn)`, built on first use; if compiling fails, `fn` itself from then on, with a warning."""
+    """`torch.compile(fn)`, built on first use; where compiling fails, `fn` itself from then on for that
+    specialisation (`_specialisation`: `failed`), with one warning; other specialisations still compile."""
 
     def __init__(self, fn: Callable):
-        self.fn, self.compiled, self.failed = fn, None, False
+        self.fn, self.compiled, self.failed = fn, None, set()
 
     def __call__(self, *args):
-        if self.failed:
+        key = _specialisation(args)
+        if key in self.failed:
             return self.fn(*args)
         if self.compiled is None:
             self.compiled = torch.compile(self.fn, dynamic=True)
@@ -293,9 +304,10 @@ class _CompileOrFallBack:
         except torch.OutOfMemoryError:
             raise
         except Exception as e:  # no compiler or Triton, an unsupported torch: the eager path is exact too
-            self.failed = True
+            self.failed.add(key)
             warnings.warn(
-                f"torch.compile of {self.fn.__name__} failed, running it eagerly: {e!r}", stacklevel=2
+                f"torch.compile of {self.fn.__name__} failed, running it eagerly for this specialisation: {e!r}",
+                stacklevel=2,
             )
             return self.fn(*args)
 
@@ -373,6 +385,8 @@ class RepoLayer:
     position_source: PositionSource = PositionSource.learned
     """What q and k are rotated by (`modes.PositionSource`): f_phi's positions, or, as an ablation at
     evaluation, the token index or one constant position."""
+    repo_kernels: str | None = None
+    """Where this layer runs RePo's kernels (`KERNELS`, `set_kernels`); None: as `OLMO_REPO_KERNELS` says."""
     """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
 
     def init_repo(
@@ -427,9 +441,8 @@ class RepoLayer:
         )
         return inv_frequencies(self.repo_head_dim, self.repo_rope_theta, device), 1.0
 
-    def _f_phi(self, x: Tensor, where: bool | None) -> Tensor:
-        with use_kernels(where):  # the forward's choice, also where checkpoint recomputes it in backward
-            return f_phi(x, *self.f_phi_weights())
+    def _f_phi(self, x: Tensor, where: str | None) -> Tensor:
+        return f_phi(x, *self.f_phi_weights(), kernels=where)
 
     def predict_positions(self, x: Tensor) -> Tensor:
         """f_phi: the layer's input x [..., T, d_model] -> positions [..., H_kv, T], fp32 (float64 for a float64
@@ -438,9 +451,9 @@ class RepoLayer:
         if mixed and torch.is_grad_enabled():
             # Autograd would keep a low-precision copy of x and f_phi's fp32 activations, up to 2x the layer
             # input's memory per RePo layer; recomputing them in backward costs f_phi's forward once more.
-            z = checkpoint(self._f_phi, x, _kernels_where, use_reentrant=False)
+            z = checkpoint(self._f_phi, x, self.repo_kernels, use_reentrant=False)
         else:
-            z = self._f_phi(x, _kernels_where)
+            z = self._f_phi(x, self.repo_kernels)
         return self.positions_out(z)
 
     def apply_positions(
@@ -457,13 +470,15 @@ class RepoLayer:
         q and k are [..., T, H, d_head] (vLLM's packed tokens). `nope` layers: q and k as they are.
 
         Differentiable, positions included. On CUDA RePo's rotation kernel (`olmo_repo.kernels.rotate_qk`,
-        `use_kernels`); else `rotate_qk` (`compiled`: through torch.compile, by default on CUDA) and, without
-        autograd, `rotate_forward`, which torch.compile (vLLM's) can trace.
+        `repo_kernels`) where its variant passed its check; else `rotate_qk` (`compiled`: through torch.compile, by
+        default on CUDA) and, without autograd, `rotate_forward`, which torch.compile (vLLM's) can trace.
         """
         if self.pe_mode != PositionMode.repo:
             return q, k
         inv_freq, scale = self.rope_frequencies(q.device)
-        if (kernels := _kernels(q, k, positions)) is not None:
+        kernels = _kernels(self.repo_kernels, q, k, positions)
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or positions.requires_grad)
+        if kernels is not None and kernels.rotation_ready(q, k, positions, tokens_first, grad):
             return kernels.rotate_qk(q, k, positions, inv_freq, scale, tokens_first=tokens_first)
         heads = -2 if tokens_first else -3  # the heads dim of q and k
         n_kv = positions.shape[-2]
@@ -533,6 +548,15 @@ def blend_positions(z: Tensor, index: Tensor | None, p: float) -> Tensor:
         return z
     assert index is not None, "an index blend (p > 0) needs each token's index: pass index"
     return (1.0 - p) * z + p * index.to(z.dtype).unsqueeze(-2)
+
+
+def set_kernels(model: nn.Module, where: str | None) -> None:
+    """Where every RePo layer of `model` (wrapped or not) runs RePo's kernels (`KERNELS`): set before the model
+    runs, read by each forward (and by an activation checkpoint's recomputation, as its forward did)."""
+    if where not in KERNELS:
+        raise ValueError(f"kernels={where!r}: one of {', '.join(map(repr, KERNELS))}")
+    for layer in repo_layers(model):
+        layer.repo_kernels = where
 
 
 def set_index_blend(model: nn.Module, p: float) -> None:

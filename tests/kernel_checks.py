@@ -1,7 +1,9 @@
 """RePo's Triton kernels (`olmo_repo.kernels`) against a float64 oracle and the torch reference of
 `olmo_repo.rope`, forward and backward: grouped queries, head counts, head sizes and lengths that are not powers of two (masks at the
 tails of every block), |z| up to 5,000, bf16 and fp32, both layouts attention takes, YaRN's factor, gradients asked
-for only in part; and `RepoLayer` running them (`rope.use_kernels`), with the index blend and under autocast.
+for only in part; `RepoLayer` running them (`rope.set_kernels`), with the index blend and under autocast; and the
+check before a variant first runs (`olmo_repo.kernels.select`): it runs the variant the real call compiles, catches a
+kernel made wrong by the size of the one miscompile seen on a GPU, and the layer then runs the torch path.
 
 Two ways to run it, each in a process of its own (the mode is fixed when `@triton.jit` runs, at import):
 
@@ -16,17 +18,22 @@ Two ways to run it, each in a process of its own (the mode is fixed when `@trito
 from __future__ import annotations
 
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 from torch import nn
 
 import olmo_repo.kernels
 from olmo_repo import rope
 from olmo_repo.kernels import f_phi as tail_module
-from olmo_repo.kernels import f_phi_tail, rotate_qk
-from olmo_repo.rope import RepoLayer, inv_frequencies, rotate_reference, use_kernels
+from olmo_repo.kernels import f_phi_tail, rotate_qk, select
+from olmo_repo.kernels import rotation as rotation_module
+from olmo_repo.rope import RepoLayer, inv_frequencies, rotate_reference, set_kernels
 
 from .bounds import assert_within, rotation_magnitude, rotation_roundings
 
@@ -214,23 +221,27 @@ def test_traced_by_torch_compile_the_layer_runs_the_torch_code_in_one_graph():
     layer = Layer(2)
     gen = torch.Generator().manual_seed(7)
     x, q, k = randn(1, 5, D, gen=gen), randn(1, 4, 5, HD, gen=gen), randn(1, 2, 5, HD, gen=gen)
-    with use_kernels(True), torch.no_grad():
+    set_kernels(layer, "kernels")
+    with torch.no_grad():
         traced = torch.compile(layer.reposition, fullgraph=True, backend="eager")(x, q, k)
-        with use_kernels(False):
-            want = layer.reposition(x, q, k)
+        set_kernels(layer, "torch")
+        want = layer.reposition(x, q, k)
     assert all(torch.equal(t, w) for t, w in zip(traced, want))
 
 
-def test_the_layer_runs_the_kernels_where_use_kernels_says():
+def test_the_layer_runs_the_kernels_where_set_kernels_says():
     gen = torch.Generator().manual_seed(3)
     q, k, z = randn(1, 4, 3, HD, gen=gen), randn(1, 2, 3, HD, gen=gen), randn(1, 2, 3, gen=gen)
     # By default on CUDA tensors only; CPU tensors take the torch code.
-    assert rope._kernels(q, k, z) is (None if INTERPRETED else olmo_repo.kernels)
-    with use_kernels(True):
-        assert rope._kernels(q, k, z) is olmo_repo.kernels
-        assert rope._kernels(q.double(), k.double(), z.double()) is None  # float64: the reference
-    with use_kernels(False):
-        assert rope._kernels(q, k, z) is None
+    assert rope._kernels(None, q, k, z) is (None if INTERPRETED else olmo_repo.kernels)
+    assert rope._kernels("kernels", q, k, z) is olmo_repo.kernels
+    assert rope._kernels("kernels", q.double(), k.double(), z.double()) is None  # float64: the reference
+    assert rope._kernels("torch", q, k, z) is None
+    layer = Layer(2)
+    with pytest.raises(ValueError, match="kernels='cuda': one of None, 'torch', 'kernels'"):
+        set_kernels(layer, "cuda")
+    set_kernels(layer, "kernels")
+    assert layer.repo_kernels == "kernels"
 
 
 @pytest.mark.parametrize("n_kv, tokens_first, scale", [(2, False, 1.0), (1, True, 1.25)])
@@ -239,23 +250,22 @@ def test_layer_positions_and_rotation_through_the_kernels_against_float64(n_kv, 
     gradients into x, f_phi's weights, q and k, against the layer in float64 on the torch code."""
     B, T, H = 2, 11, 4
     layer = Layer(n_kv, scale)
+    set_kernels(layer, "kernels")
     truth_layer = Layer(n_kv, scale).double()
     gen = torch.Generator().manual_seed(4)
     x = randn(B, T, D, gen=gen).requires_grad_()
     q = randn(*((B, T, H, HD) if tokens_first else (B, H, T, HD)), gen=gen).requires_grad_()
     k = randn(*((B, T, n_kv, HD) if tokens_first else (B, n_kv, T, HD)), gen=gen).requires_grad_()
-    with use_kernels(True):
-        z = layer.predict_positions(x)  # [B, H_kv, T]
-        rq, rk = layer.apply_positions(q, k, z, tokens_first=tokens_first)
+    z = layer.predict_positions(x)  # [B, H_kv, T]
+    rq, rk = layer.apply_positions(q, k, z, tokens_first=tokens_first)
     gq, gk = randn(*rq.shape, gen=gen), randn(*rk.shape, gen=gen)
     params = [x, q, k, *layer.f_phi_weights()]
     grads = torch.autograd.grad((rq * gq).sum() + (rk * gk).sum(), params)
-    with use_kernels(False):
-        xd, qd, kd = (t.detach().double().requires_grad_() for t in (x, q, k))
-        zd = truth_layer.predict_positions(xd)
-        tq, tk = truth_layer.apply_positions(qd, kd, zd, tokens_first=tokens_first)
-        truth = torch.autograd.grad((tq * gq.double()).sum() + (tk * gk.double()).sum(),
-                                    [xd, qd, kd, *truth_layer.f_phi_weights()])  # fmt: skip
+    xd, qd, kd = (t.detach().double().requires_grad_() for t in (x, q, k))
+    zd = truth_layer.predict_positions(xd)
+    tq, tk = truth_layer.apply_positions(qd, kd, zd, tokens_first=tokens_first)
+    truth = torch.autograd.grad((tq * gq.double()).sum() + (tk * gk.double()).sum(),
+                                [xd, qd, kd, *truth_layer.f_phi_weights()])  # fmt: skip
     # Positions: f_phi's reduction lengths (d_model, hidden, the key/value heads) and a few roundings more. The
     # rotated q and k: the fp32 angle at |z| plus the positions' error (x the largest frequency, 1). Gradients:
     # twice that and the query group's sum backward, plus the tokens a weight's gradient sums over.
@@ -276,18 +286,19 @@ def test_layer_under_bf16_autocast_with_the_index_blend_through_the_kernels():
     B, T, H, n_kv = 1, 13, 4, 2
     layer = Layer(n_kv)
     layer.index_blend = 0.5
+    set_kernels(layer, "kernels")
     gen = torch.Generator().manual_seed(5)
     x = randn(B, T, D, gen=gen).requires_grad_()
     q = randn(B, H, T, HD, gen=gen).bfloat16().requires_grad_()
     k = randn(B, n_kv, T, HD, gen=gen).bfloat16().requires_grad_()
     index = torch.arange(100, 100 + T, device=DEVICE)  # after a KV cache's 100 tokens
-    with use_kernels(True), torch.autocast(DEVICE, dtype=torch.bfloat16):
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
         rq, rk = layer.reposition(x, q, k, index=index)
         z = layer.rotation_positions(x, index)
     assert rq.dtype == rk.dtype == torch.bfloat16 and z.dtype == torch.float32
     truth_layer = Layer(n_kv).double()
     truth_layer.index_blend = 0.5
-    with use_kernels(False), torch.no_grad():
+    with torch.no_grad():
         for w, w64, low in zip(layer.f_phi_weights(), truth_layer.f_phi_weights(), (True, True, False)):
             w64.copy_(w.bfloat16() if low else w)  # what the bf16 GEMM multiplies; final_map's runs in fp32
         zd = truth_layer.rotation_positions(x.detach().bfloat16().double(), index)
@@ -305,6 +316,200 @@ def test_layer_under_bf16_autocast_with_the_index_blend_through_the_kernels():
                zip(grads, (x, q, k, *layer.f_phi_weights())))  # fmt: skip
 
 
+# ------------------------------------------------ the check before a variant first runs (kernels/select.py)
+
+MISCOMPILE = 1.2e-3
+"""The smallest error of the one miscompile seen on a GPU: f_phi's tail backward off by 1.2e-3 of a row's largest
+gradient (an H100, Triton 3.6; bench/RESULTS.md)."""
+
+
+def _miscompiled(real):
+    """`real` (a kernel's host function) with its first result moved by MISCOMPILE of each row's largest |element|."""
+
+    def wrong(*args, **kwargs):
+        first, *rest = real(*args, **kwargs)
+        return (first + MISCOMPILE * first.abs().amax(-1, keepdim=True), *rest)
+
+    return wrong
+
+
+FAULTS = {  # what is made wrong: (module, host function, what the warning names)
+    "f_phi's tail backward": (tail_module, "_tail_backward", "f_phi tail", "dL/d(gate, content) is off by"),
+    "the rotation's backward (dL/dz)": (rotation_module, "_backward", "rotation", "dL/dz is off by"),
+}
+
+
+def _run_layer(case: str, layer: Layer, x, q, k, z) -> list[torch.Tensor]:
+    """The outputs of f_phi (`predict_positions`) or of the rotation (`apply_positions`) and their gradients for a
+    loss whose gradient differs per element."""
+    if case.startswith("f_phi"):
+        outs, wrt = [layer.predict_positions(x)], [x, *layer.f_phi_weights()]
+    else:
+        outs, wrt = list(layer.apply_positions(q, k, z)), [q, k, z]
+    loss = sum((o * torch.linspace(-1, 1, o.numel(), device=o.device).view_as(o)).sum() for o in outs)
+    return [*outs, *torch.autograd.grad(loss, wrt)]
+
+
+@pytest.mark.parametrize("case", FAULTS)
+def test_a_kernel_wrong_by_the_miscompile_is_caught_once_and_the_layer_runs_the_torch_path(monkeypatch, case):
+    module, name, kernel, what = FAULTS[case]
+    monkeypatch.setattr(module, name, _miscompiled(getattr(module, name)))
+    select.forget()
+    layer, torch_layer = Layer(2), Layer(2)  # the same weights
+    set_kernels(layer, "kernels")
+    set_kernels(torch_layer, "torch")
+    gen = torch.Generator().manual_seed(8)
+    x, q, k = randn(2, 19, D, gen=gen), randn(2, 4, 19, HD, gen=gen), randn(2, 2, 19, HD, gen=gen)
+    z = randn(2, 2, 19, gen=gen) * 100
+    inputs = [t.requires_grad_() for t in (x, q, k, z)]
+    with pytest.warns(RuntimeWarning) as caught:
+        runs = [_run_layer(case, layer, *inputs) for _ in range(2)]
+    select.forget()
+    assert len(caught) == 1, [str(w.message) for w in caught]  # one warning, the specialisation decided once
+    message = str(caught[0].message)
+    for part in (
+        f"RePo's {kernel} (",
+        what,
+        f"Triton {triton.__version__}",
+        f"torch {torch.__version__}",
+        "cpu",
+    ):
+        assert part in message, message
+    want = _run_layer(case, torch_layer, *inputs)
+    for got in runs:
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("n_kv", [16, 4])
+def test_at_the_1bs_f_phi_the_check_passes_the_kernel_and_fails_the_miscompile_tenfold(monkeypatch, n_kv):
+    """f_phi of the 1B (hidden 256) at 4 x 4096 tokens, bf16 final_map, MHA and GQA: the check's worst error is
+    within its fp32 bound for the kernel, and ten times over it for the kernel wrong by the miscompile's size."""
+    final_map = torch.zeros(n_kv, 256, dtype=torch.bfloat16, device=DEVICE)
+    worst = lambda: max(a.ratio for a in tail_module._check(4 * 4096, final_map, True))  # noqa: E731
+    assert worst() <= 1
+    monkeypatch.setattr(tail_module, "_tail_backward", _miscompiled(tail_module._tail_backward))
+    assert worst() >= 10
+
+
+def _spy(monkeypatch, module, names: list[str]) -> dict[str, list]:
+    """Record Triton's own specialisation of every launch of module's kernels `names` (its key for a compiled
+    variant: each argument's type, an integer's equality to 1 and divisibility by 16, a pointer's 16-byte
+    alignment; and the constexprs), then launch them."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    seen: dict[str, list] = {name: [] for name in names}
+
+    class Spy:
+        def __init__(self, name: str):
+            self.name, self.kernel = name, getattr(module, name)
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                spec = tuple(native_specialize_impl(BaseBackend, a, False, True, True)[:2] for a in args)
+                seen[self.name].append((spec, sorted(kwargs.items())))
+                return self.kernel[grid](*args, **kwargs)
+
+            return launch
+
+    for name in names:
+        monkeypatch.setattr(module, name, Spy(name))
+    return seen
+
+
+def _unaligned(*shape: int, gen: torch.Generator) -> torch.Tensor:
+    """Normal samples whose data starts 4 bytes past a 16-byte boundary."""
+    n = torch.Size(shape).numel()
+    return torch.randn(n + 1, generator=gen)[1:].to(DEVICE).view(shape)
+
+
+SPECIALISATIONS = {  # q, k, positions, tokens_first: the real call's inputs
+    "HF's [B, H, T, d] view of [B, T, H, d], grouped, T 300, positions [B, T, H_kv] transposed": lambda g: (
+        randn(2, 300, 4, 16, gen=g).transpose(1, 2), randn(2, 300, 2, 16, gen=g).transpose(1, 2),
+        randn(2, 300, 2, gen=g).transpose(1, 2), False),
+    "tokens first, one token (a decode step), k not 16-byte aligned": lambda g: (
+        randn(1, 1, 4, 16, gen=g), _unaligned(1, 1, 2, 16, gen=g), randn(1, 2, 1, gen=g), True),
+    "bf16, multi-query, positions shared by 3 batch rows, T 48": lambda g: (
+        randn(3, 2, 48, 16, gen=g).bfloat16(), randn(3, 1, 48, 16, gen=g).bfloat16(), randn(1, 1, 48, gen=g), False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SPECIALISATIONS)
+def test_the_rotations_check_compiles_the_variants_the_real_call_runs(monkeypatch, case):
+    """Triton compiles once per specialisation: the check launches the forward and backward variants (the same
+    arguments' types, classes and constexprs) that the real call then launches, so it checks them and adds no
+    compile of its own."""
+    seen = _spy(monkeypatch, rotation_module, ["rotate_fwd", "rotate_bwd"])
+    q, k, z, tokens_first = SPECIALISATIONS[case](torch.Generator().manual_seed(9))
+    grad = "decode" not in case
+    for t in (q, k, z):
+        t.requires_grad_(grad)
+    select.forget()
+    assert rotation_module.ready(q, k, z, tokens_first, grad)
+    checked = {name: launches[:] for name, launches in seen.items()}
+    for launches in seen.values():
+        launches.clear()
+    oq, ok = rotate_qk(q, k, z, inv_frequencies(16, THETA, torch.device(DEVICE)), tokens_first=tokens_first)
+    if grad:
+        (oq.float().sum() + ok.float().sum()).backward()
+    assert [len(v) for v in checked.values()] == [1, int(grad)] and seen == checked
+
+
+def test_f_phis_check_compiles_the_variants_the_real_call_runs(monkeypatch):
+    seen = _spy(monkeypatch, tail_module, ["tail_fwd", "tail_bwd"])
+    gen = torch.Generator().manual_seed(10)
+    gate_content, final_map = randn(2, 37, 2 * 24, gen=gen).requires_grad_(), randn(3, 24, gen=gen).bfloat16()
+    select.forget()
+    assert olmo_repo.kernels.f_phi_ready(2 * 37, final_map, True)
+    checked = {name: launches[:] for name, launches in seen.items()}
+    for launches in seen.values():
+        launches.clear()
+    z = f_phi_tail(gate_content, final_map).transpose(-1, -2)  # [B, H_kv, T], as f_phi returns it
+    (z * randn(*z.shape, gen=gen)).sum().backward()
+    assert [len(v) for v in checked.values()] == [1, 1] and seen == checked
+
+
+def test_olmo_repo_kernels_sets_the_policy(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    try:
+        for value, on_cuda in (("0", False), ("check", True), ("1", True)):
+            monkeypatch.setenv(select.ENV, value)
+            select.mode.cache_clear()
+            assert select.wanted(None, cuda) is on_cuda and not select.wanted(None, cpu)
+            assert select.wanted("kernels", cpu) and not select.wanted("torch", cuda)
+
+        def unchecked():
+            raise AssertionError("OLMO_REPO_KERNELS=1 runs no check")
+
+        assert select.verdict((cpu, "unchecked"), unchecked, str)
+        monkeypatch.setenv(select.ENV, "yes")
+        select.mode.cache_clear()
+        with pytest.raises(
+            ValueError, match=r"OLMO_REPO_KERNELS='yes' is not one of the allowed values \(0: "
+        ):
+            select.mode()
+    finally:
+        monkeypatch.delenv(select.ENV)
+        select.mode.cache_clear()
+
+
+def test_a_verdict_is_reached_once_however_many_threads_ask():
+    select.forget()
+    calls = []
+
+    def check() -> list[select.Agreement]:
+        calls.append(threading.get_ident())
+        time.sleep(0.2)  # the other threads arrive meanwhile
+        return [select.Agreement("z", 0.0, 1.0)]
+
+    with ThreadPoolExecutor(8) as pool:
+        verdicts = list(
+            pool.map(lambda _: select.verdict((torch.device("cpu"), "threads"), check, str), range(8))
+        )
+    select.forget()
+    assert verdicts == [True] * 8 and len(calls) == 1
+
+
 if not INTERPRETED:  # the device's own arithmetic: on a GPU only
 
     def test_on_the_device_the_kernels_agree_with_the_torch_code_and_compile_traces_the_torch_code():
@@ -318,8 +523,8 @@ if not INTERPRETED:  # the device's own arithmetic: on a GPU only
         z = randn(2, 4, 512, gen=gen) * 2000
         with torch.no_grad():
             got = layer.apply_positions(q, k, z)
-            with use_kernels(False):
-                want = layer.apply_positions(q, k, z)
+            set_kernels(layer, "torch")
+            want = layer.apply_positions(q, k, z)
             traced = torch.compile(lambda *a: layer.apply_positions(*a))(q, k, z)
         same = sum((g == w).sum().item() for g, w in zip(got, want)) / sum(g.numel() for g in got)
         print(f"rotation kernel against the eager torch code, fp32: {same:.4%} of the elements bit for bit")

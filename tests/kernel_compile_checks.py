@@ -62,13 +62,13 @@ def _blocks(d: int) -> dict:
     return launch
 
 
-EVERY_GRADIENT = {"HAS_GQ": True, "HAS_GK": True, "NEED_DQ": True, "NEED_DK": True, "NEED_DZ": True}
-ONLY_DZ = {"HAS_GQ": True, "HAS_GK": False, "NEED_DQ": False, "NEED_DK": False, "NEED_DZ": True}
+EVERY_GRADIENT = {"NEED_DQ": True, "NEED_DK": True, "NEED_DZ": True}
+ONLY_DZ = {"NEED_DQ": False, "NEED_DK": False, "NEED_DZ": True}
 ROTATION = {  # name: (kernel, q and k's dtype, constexprs)
     "forward bf16, d 128": (rotation.rotate_fwd, "bf16", _blocks(128)),
     "forward fp32, d 256": (rotation.rotate_fwd, "fp32", _blocks(256)),
     "backward bf16, every gradient, d 128": (rotation.rotate_bwd, "bf16", {**_blocks(128), **EVERY_GRADIENT}),
-    "backward fp32, dL/dz only without a key gradient, d 64": (
+    "backward fp32, dL/dz only, d 64": (
         rotation.rotate_bwd, "fp32", {**_blocks(64), **ONLY_DZ}),
 }  # fmt: skip
 

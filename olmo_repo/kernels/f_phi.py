@@ -12,12 +12,17 @@ dtype and its gradient returned in it. SiLU's exp is Triton's (ex2.approx on NVI
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["f_phi_tail"]
+from . import select
+
+__all__ = ["f_phi_tail", "ready"]
 
 TILE = 8192
 """Elements of a program's [rows, heads, hidden] product tile: hidden's block = TILE / (ROWS x heads' block)."""
@@ -119,6 +124,28 @@ def _tail_forward(gate_content: Tensor, final_map: Tensor) -> Tensor:
     return z.view(*gate_content.shape[:-1], n_out)
 
 
+def _tail_backward(
+    gate_content: Tensor, final_map: Tensor, dz: Tensor, programs: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """dL/d(gate, content) [N, 2 * hidden] and dL/d final_map [H_kv, hidden], both fp32, from dz [..., H_kv];
+    `programs`: how many share the rows (default: one per block of ROWS rows, at most PROGRAMS)."""
+    gc, w = _rows(gate_content), final_map.contiguous()
+    n_out, hidden = w.shape
+    dz = dz.reshape(-1, n_out).float().contiguous()  # [N, H_kv], contiguous: the layout `ready` checked
+    N = gc.shape[0]
+    programs = programs or max(1, min(triton.cdiv(N, ROWS), PROGRAMS))
+    dgc = torch.empty(N, 2 * hidden, dtype=torch.float32, device=gc.device)
+    dw = torch.empty(programs, n_out, hidden, dtype=torch.float32, device=gc.device)
+    if N:
+        tail_bwd[(programs,)](
+            gc, w, dz, dgc, dw, N, hidden, n_out, gc.stride(0), w.stride(0), *dz.stride(), dgc.stride(0),
+            **_blocks(n_out, hidden), **OPTIONS,
+        )  # fmt: skip
+    else:
+        dw.zero_()
+    return dgc, dw.sum(0)
+
+
 class _Tail(torch.autograd.Function):
     """`f_phi_tail` with autograd: saves its two inputs (f_phi is recomputed in backward under mixed precision,
     `rope.RepoLayer.predict_positions`, so they live only for the layer's backward)."""
@@ -132,22 +159,9 @@ class _Tail(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dz: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
         gate_content, final_map = ctx.saved_tensors
-        gc, w = _rows(gate_content), final_map.contiguous()
-        n_out, hidden = w.shape
-        dz = dz.reshape(-1, n_out).float()  # [N, H_kv]
-        N = gc.shape[0]
-        programs = max(1, min(triton.cdiv(N, ROWS), PROGRAMS))
-        dgc = torch.empty(N, 2 * hidden, dtype=torch.float32, device=gc.device)
-        dw = torch.empty(programs, n_out, hidden, dtype=torch.float32, device=gc.device)
-        if N:
-            tail_bwd[(programs,)](
-                gc, w, dz, dgc, dw, N, hidden, n_out, gc.stride(0), w.stride(0), *dz.stride(), dgc.stride(0),
-                **_blocks(n_out, hidden), **OPTIONS,
-            )  # fmt: skip
-        else:
-            dw.zero_()
+        dgc, dw = _tail_backward(gate_content, final_map, dz)
         grad_gc = dgc.view(gate_content.shape).to(gate_content.dtype) if ctx.needs_input_grad[0] else None
-        grad_w = dw.sum(0).to(final_map.dtype) if ctx.needs_input_grad[1] else None
+        grad_w = dw.to(final_map.dtype) if ctx.needs_input_grad[1] else None
         return grad_gc, grad_w
 
 
@@ -158,3 +172,64 @@ def f_phi_tail(gate_content: Tensor, final_map: Tensor) -> Tensor:
     if torch.is_grad_enabled() and (gate_content.requires_grad or final_map.requires_grad):
         return _Tail.apply(gate_content, final_map)
     return _tail_forward(gate_content, final_map)
+
+
+# ------------------------------------------------------------------------ the check before a variant first runs
+
+
+def ready(rows: int, final_map: Tensor, grad: bool) -> bool:
+    """Whether `f_phi_tail` may run on `rows` tokens with this final_map [H_kv, hidden] here (`select.verdict`):
+    its forward and, with `grad`, its backward at this specialisation (final_map's dtype and layout, the heads,
+    the hidden width and the blocks they give, Triton's class of the row count) checked on this device."""
+    call = (
+        final_map.device,
+        final_map.dtype,
+        final_map.shape,
+        final_map.stride(),
+        final_map.data_ptr() % 16,
+        rows,
+    )
+    return select.remembered((*call, grad), lambda: _verdict(rows, final_map, grad))
+
+
+def _verdict(rows: int, final_map: Tensor, grad: bool) -> bool:
+    n_out, hidden = final_map.shape
+    blocks = _blocks(n_out, hidden)
+    key = (
+        final_map.device, "f_phi tail", final_map.dtype, n_out, hidden, select.int_class(rows),
+        tuple(blocks.values()), select.layout(final_map), grad,
+    )  # fmt: skip
+
+    def describe() -> str:
+        return (
+            f"f_phi tail ({rows} rows, final_map {str(final_map.dtype)[6:]} {tuple(final_map.shape)}, blocks "
+            f"{blocks['BLOCK_N']} x {blocks['BLOCK_H']} x {blocks['BLOCK_K']}{', with its backward' if grad else ''})"
+        )
+
+    return select.verdict(key, functools.partial(_check, rows, final_map, grad), describe)
+
+
+def _check(rows: int, final_map: Tensor, grad: bool) -> list[select.Agreement]:
+    """The kernels at `select.check_length` rows (the backward's on one program, which loops over them) on
+    normal samples (gate and content x 3) against float64."""
+    gen = torch.Generator().manual_seed(0)
+    n_out, hidden = final_map.shape
+    N = select.check_length(rows, ROWS)
+    gc = (torch.randn(N, 2 * hidden, generator=gen) * 3).to(final_map.device)  # the joined GEMM's fp32 output
+    w = select.alike(final_map, final_map.shape, gen)
+    g, c, w64 = *gc.double().chunk(2, dim=-1), w.double()
+    h, spread = F.silu(g) * c, g.abs().max().item()  # SiLU's exp: relative error about |gate| eps
+    truth = h @ w64.T
+    found = [select.agreement("z", _tail_forward(gc, w), truth, hidden + 8 + spread, h.abs() @ w64.abs().T)]
+    if not grad:
+        return found
+    dz = torch.randn(N, n_out, generator=gen).to(final_map.device)
+    dgc, dw = _tail_backward(gc, w, dz, programs=1)
+    dz64 = dz.double()
+    dh, dh_size = dz64 @ w64, dz64.abs() @ w64.abs()  # [N, hidden]
+    sig = torch.sigmoid(g)
+    dgc_truth = torch.cat((dh * c * sig * (1 + g * (1 - sig)), dh * F.silu(g)), dim=-1)
+    dgc_size = torch.cat((dh_size * c.abs() * (1 + g.abs()), dh_size * F.silu(g).abs()), dim=-1)
+    found.append(select.agreement("dL/d(gate, content)", dgc, dgc_truth, n_out + 10 + spread, dgc_size))
+    found.append(select.agreement("dL/d final_map", dw, dz64.T @ h, N + 8 + spread, dz64.abs().T @ h.abs()))
+    return found
