@@ -54,6 +54,7 @@ __all__ = [
     "Arm",
     "Recipe",
     "check_checkout",
+    "check_model",
     "heldout_loss",
     "heldout_positions",
     "run_recipe",
@@ -156,13 +157,24 @@ def check_checkout(script: str = "smollm2_recipe") -> None:
         )
 
 
+def check_model(model: str | None) -> None:
+    """`RepoError` unless `model` (a recipe's `--model`; None: one is made in its folder) is a complete directory
+    that scripts/smollm2.py wrote: checked before the recipe's folder is made, never written there."""
+    from .fetch.smollm2 import directory_problem
+
+    if model and (problem := directory_problem(model)):
+        said = (
+            "does not exist"
+            if not Path(model).exists()
+            else f"is not a directory of scripts/smollm2.py ({problem})"
+        )
+        raise RepoError(f"--model {model} {said}: pass a directory written by scripts/smollm2.py")
+
+
 def run_recipe(out: Path = Path("runs/smollm2-recipe"), recipe: Recipe = Recipe()) -> Path:
     """Run (or resume) the recipe into `out`; returns report.md's path."""
     check_checkout()
-    if recipe.model and not Path(recipe.model).is_dir():  # checked, never made there
-        raise RepoError(
-            f"--model {recipe.model} does not exist: pass a directory written by scripts/smollm2.py"
-        )
+    check_model(recipe.model)
     folder = DemoFolder(out, "recipe", "its model, data, runs and report")
     run = _Run(folder, recipe)
     start = time.monotonic()

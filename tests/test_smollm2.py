@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from olmo_repo.cli.smollm2 import main
+from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import CorruptFileError
 from olmo_repo.fetch import smollm2
 from olmo_repo.fetch.smollm2 import GGUF_FILE, INSTALL, installed_gguf, read_gguf
@@ -158,7 +159,11 @@ def test_a_truncated_or_corrupt_gguf_is_one_line_and_nothing_is_written(tmp_path
         truncated.write_bytes(f.read(1 << 20))
     assert main(["--output", str(out), "--gguf", str(truncated), "--no-progress"]) == 1
     line = one_error_line(capsys)
-    assert str(truncated) in line and "1,048,576 bytes, not the 98,362,432" in line and INSTALL in line
+    assert str(truncated) in line and "1,048,576 bytes, not the 98,362,432" in line
+    assert (
+        f"{GGUF_FILE} as --gguf, or leave --gguf out to read the installed one" in line
+        and INSTALL not in line
+    )
     with pytest.raises(CorruptFileError, match=f"{truncated} is not a readable GGUF file"):
         read_gguf(truncated)  # past the digest check, the parser too names the file
     data = bytearray(gguf.read_bytes())
@@ -196,6 +201,19 @@ def test_a_file_or_a_users_folder_is_never_replaced(tmp_path, capsys):
         "notes.txt",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "mine.txt"]
+
+    model = (
+        tmp_path / "model"
+    )  # another model's HF directory: only names this project writes, none of its files
+    shutil.copytree(BASE_DIR, model)
+    before = snapshot(model)
+    for force in ([], ["--force"]):
+        assert main(["--output", str(model), *force, "--no-progress"]) == 1
+        assert (
+            f"{model} is not a directory of scripts/smollm2.py (model.safetensors has no manifest of "
+            "scripts/smollm2.py); --force does not replace it: choose another --output"
+        ) in one_error_line(capsys)
+    assert snapshot(model) == before
 
 
 def test_the_package_ships_the_pinned_gguf():

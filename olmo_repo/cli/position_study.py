@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     def study() -> None:
         import dataclasses
 
-        from ..recipe import check_checkout
+        from ..recipe import check_checkout, check_model
         from ..study.run import PARTS, Study, run_study
 
         check_checkout("position_study")  # its second part is the SmolLM2 recipe: before hours of its first
@@ -116,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             model=args.model,
             scratch=dataclasses.replace(default.scratch, steps=args.scratch_steps),
         )
-        if args.model and not Path(args.model).is_dir():
-            raise RepoError(
-                f"--model {args.model} does not exist: pass a directory written by scripts/smollm2.py"
-            )
+        check_model(args.model)  # before the study's folder is made
         run_study(args.out_dir, options, (args.only,) if args.only else PARTS)
 
     return run(PROG, study, lambda: (RepoError, ValueError, FileNotFoundError))

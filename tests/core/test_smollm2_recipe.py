@@ -17,7 +17,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from olmo_repo.cli import smollm2_recipe
+from olmo_repo.cli import position_study, smollm2_recipe
+from olmo_repo.demo import BASE_DIR
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.output import PNG_SIGNATURE
 from olmo_repo.recipe import heldout_loss
@@ -128,12 +129,18 @@ def test_too_few_heldout_tokens_are_refused_before_any_training(smollm2_dir, tmp
     assert not (out / "run-repo").exists() and not (out / "core-stock").exists()
 
 
-def test_a_missing_model_directory_is_refused_and_nothing_is_made_there(tmp_path, capsys):
-    code = smollm2_recipe.main([str(tmp_path / "recipe"), f"--model={tmp_path / 'nope'}", *SMALLEST])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1, err
-    assert f"--model {tmp_path / 'nope'} does not exist" in err
-    assert not (tmp_path / "nope").exists() and not (tmp_path / "recipe").exists()
+@pytest.mark.parametrize("command", [smollm2_recipe, position_study])
+def test_a_model_directory_that_smollm2_py_did_not_write_is_refused_and_nothing_is_made(
+    command, tmp_path, capsys
+):
+    """A missing `--model`, and a stock HF directory (the demo's base model: a model of the user's, which the
+    recipe's model stage once offered to rebuild with --force): one line, no folder made."""
+    for model, says in ((tmp_path / "nope", "does not exist"),
+                        (BASE_DIR, "is not a directory of scripts/smollm2.py (model.safetensors has no manifest")):  # fmt: skip
+        code = command.main([str(tmp_path / "out"), f"--model={model}", *SMALLEST[:2]])
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("\n") == 1 and f"--model {model} {says}" in err, err
+        assert "--force" not in err and sorted(tmp_path.iterdir()) == []
 
 
 def test_a_folder_that_is_not_the_recipes_is_refused_before_any_work(smollm2_dir, tmp_path, capsys):
