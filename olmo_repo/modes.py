@@ -166,14 +166,22 @@ def index_blend(init: float, steps: int, step: int) -> float:
     return init * (1.0 - step / steps)
 
 
-def check_index_blend(init: float, steps: int, *, has_repo: bool, prefix: str = "") -> None:
+def check_index_blend(
+    init: float, steps: int, *, has_repo: bool, prefix: str = "", training: bool = False
+) -> None:
     """One `ValueError` naming the bad key (`prefix` + key): p0 outside [0, 1], a negative or fractional anneal,
-    or a blend on a model without RePo layers (nothing to blend)."""
+    a blend on a model without RePo layers (nothing to blend), or, in a training config (`training`), a p0 with
+    no anneal, which the schedule would ignore (the reference's rule; a model's config may record it)."""
     if isinstance(init, bool) or not isinstance(init, (int, float)) or not 0.0 <= init <= 1.0:
         raise ValueError(f"{prefix}pe_blend_init={init!r} is not a blend weight; allowed: a number in [0, 1]")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(
             f"{prefix}pe_blend_steps={steps!r} is not a step count; allowed: a whole number >= 0 (0: no blend)"
+        )
+    if training and init > 0 and steps == 0:
+        raise ValueError(
+            f"{prefix}pe_blend_init={init} with {prefix}pe_blend_steps=0 is no blend (p is 0 from step 0): set "
+            f"{prefix}pe_blend_steps to the steps over which p falls to 0, or {prefix}pe_blend_init=0"
         )
     if not has_repo and init > 0 and steps > 0:
         raise ValueError(

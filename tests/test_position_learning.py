@@ -136,14 +136,15 @@ def test_spread_and_rank_correlation_against_a_float64_oracle():
         (0.5, -1, True, "pe_blend_steps=-1"),
         (0.5, 2.5, True, "pe_blend_steps=2.5"),
         (0.5, 10, False, "this model has none"),
+        (1.0, 0, True, "pe_blend_init=1.0 with model.pe_blend_steps=0 is no blend"),
     ],
 )
 def test_bad_blend_values_are_one_line_naming_the_key(init, steps, has_repo, bad):
     with pytest.raises(ValueError, match=bad) as e:
-        check_index_blend(init, steps, has_repo=has_repo, prefix="model.")
+        check_index_blend(init, steps, has_repo=has_repo, prefix="model.", training=True)
     assert "\n" not in str(e.value) and "model." in str(e.value)
-    check_index_blend(0.0, 0, has_repo=False)  # the paper's: off
-    check_index_blend(1.0, 0, has_repo=False)  # no anneal: no blend, nothing to refuse
+    check_index_blend(0.0, 0, has_repo=False, training=True)  # the paper's: off
+    check_index_blend(1.0, 0, has_repo=False)  # a model's config (the reference's rule): no anneal, no blend
 
 
 @pytest.mark.parametrize(

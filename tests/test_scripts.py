@@ -288,3 +288,19 @@ def test_tokenize_text_writes_the_bytes_it_always_wrote(tmp_path):
         76,
         "69e5b2cd030547d57559bfbdfec477c5971435a8e64a801766aa7114ed0d8e44",
     )
+
+
+def test_tokenize_text_names_a_text_that_is_a_folder_or_holds_no_text(tmp_path, capsys):
+    """A folder was `[Errno 21] Is a directory`; an empty file, beside others, a document of the end id alone."""
+    from olmo_repo.cli import tokenize_text
+    from olmo_repo.demo import BASE_DIR
+
+    (tmp_path / "a.txt").write_text("some text")
+    (tmp_path / "empty.txt").write_text(" \n")
+    for text, says in ((tmp_path, "is a folder: name its files"), (tmp_path / "empty.txt", "holds no text")):
+        args = ["--model", str(BASE_DIR), "--output", str(tmp_path / "out"), "--no-progress"]
+        assert tokenize_text.main([*args, "--text", str(tmp_path / "a.txt"), str(text)]) == 1
+        assert capsys.readouterr().err == f"tokenize_text.py: error: --text {text} {says}" + (
+            " (one document each)\n" if text == tmp_path else " (empty or only white space)\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "empty.txt"]

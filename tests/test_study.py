@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from olmo_repo.demo.folder import DemoFolder
+from olmo_repo.errors import RepoError
 from olmo_repo.study.retrieval import accuracy, build
 from olmo_repo.study.run import Study, run_study
 from olmo_repo.study.scratch import TESTS, run_scratch, scratch_section
@@ -160,3 +161,12 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
         r"^- scratch: [\d-]+ [\d:]+ to [\d-]+ [\d:]+ \(\d+ min this time\), commit \w+", text, re.M
     )
     assert run_study(tmp_path / "study", Study(seeds=(0,), scratch=shape), parts=()).read_text() == text
+
+
+def test_a_file_for_the_study_s_folder_is_named_as_the_study_s(tmp_path):
+    (tmp_path / "mine").write_text("mine")  # it spoke of "the demo's outputs"
+    with pytest.raises(
+        RepoError, match=rf"^{tmp_path}/mine is a file: pass a folder for the study's outputs$"
+    ):
+        run_study(tmp_path / "mine", Study(), parts=("scratch",))
+    assert (tmp_path / "mine").read_text() == "mine"

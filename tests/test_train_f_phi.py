@@ -168,11 +168,18 @@ def test_a_checkpoint_saved_mid_anneal_scores_in_hf_as_training_did_at_its_step(
     assert (back.pe_blend_init, back.pe_blend_steps) == (1.0, 4)
 
 
+NO_ANNEAL = (  # the same words on OLMo-core (tests/core/test_bad_input.py)
+    "model.pe_blend_steps=0 is no blend (p is 0 from step 0): set model.pe_blend_steps to the steps over which p "
+    "falls to 0, or model.pe_blend_init=0"
+)
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
         ({"model.pe_blend_init": 1.5}, "model.pe_blend_init=1.5 is not a blend weight; allowed: a number in [0, 1]"),
         ({"model.pe_blend_steps": -1}, "model.pe_blend_steps=-1 is not a step count; allowed: a whole number >= 0 (0: no blend)"),
+        ({"model.pe_blend_init": 1, "model.pe_blend_steps": 0}, f"model.pe_blend_init=1.0 with {NO_ANNEAL}"),
         ({"f_phi.lr_multiplier": 0}, "f_phi.lr_multiplier=0.0; allowed: a finite number > 0 (1: the schedule's lr)"),
         ({"f_phi.lr_multiplier": "inf"}, "f_phi.lr_multiplier=inf; allowed: a finite number > 0 (1: the schedule's lr)"),
         (

@@ -66,7 +66,11 @@ class RepoModelConfig(PositionKeys, ModelConfig):
                 prefix="model.",
             )
             modes.check_index_blend(
-                self.pe_blend_init, self.pe_blend_steps, has_repo=bool(repo_layer_ids(self)), prefix="model."
+                self.pe_blend_init,
+                self.pe_blend_steps,
+                has_repo=bool(repo_layer_ids(self)),
+                prefix="model.",
+                training=True,
             )
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None

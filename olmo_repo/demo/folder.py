@@ -28,9 +28,9 @@ class DemoFolder:
         """`kind` and `writes` name the command and what it writes in the message that refuses a folder."""
         self.path, marker = path, path / self.MARKER
         if path.exists() and not path.is_dir():
-            raise RepoError(f"{path} is a file: pass a folder for the demo's outputs")
+            raise RepoError(f"{path} is a file: pass a folder for the {kind}'s outputs")
         if marker.is_file():
-            self.entries: list[str] = _read_json(marker, "the demo's list of its files: pass a new folder")
+            self.entries: list[str] = _read_json(marker, f"the {kind}'s list of its files: pass a new folder")
         elif path.is_dir() and any(path.iterdir()):
             raise RepoError(
                 f"{path} is not empty and not a previous {kind}'s folder: pass a new or empty folder (the {kind} "

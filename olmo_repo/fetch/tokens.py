@@ -80,16 +80,20 @@ def python_docs() -> Documents:
 
 
 def text_files(paths: list[str | PathLike]) -> Documents:
-    """UTF-8 text files, one document each, in the order given; `RepoError` naming one that is missing or not
-    UTF-8."""
+    """UTF-8 text files, one document each, in the order given; `RepoError` naming one that is missing, a folder,
+    not UTF-8, or without text (it would be a document of the end id alone)."""
     texts = []
     for path in paths:
         try:
             texts.append(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RepoError(f"--text {path} does not exist") from None
+        except IsADirectoryError:
+            raise RepoError(f"--text {path} is a folder: name its files (one document each)") from None
         except UnicodeDecodeError as e:
             raise RepoError(f"--text {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        if not texts[-1].strip():
+            raise RepoError(f"--text {path} holds no text (empty or only white space)")
     return Documents(f"{len(paths)} text file{'s' * (len(paths) != 1)}", texts)
 
 

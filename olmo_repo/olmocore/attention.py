@@ -100,7 +100,9 @@ class RepoAttentionConfig(AttentionConfig, PositionKeys):
                 prefix=prefix,
             )
             has_repo = PositionMode.repo in self.layer_modes(n_layers)
-            check_index_blend(self.pe_blend_init, self.pe_blend_steps, has_repo=has_repo, prefix=prefix)
+            check_index_blend(
+                self.pe_blend_init, self.pe_blend_steps, has_repo=has_repo, prefix=prefix, training=True
+            )
         except ValueError as e:
             raise OLMoConfigurationError(str(e)) from None
         if self.pe_mode == PositionMode.rope:

@@ -107,6 +107,12 @@ def _one_line(capsys, prog: str, says: str) -> None:
             "model.block.sequence_mixer.pe_blend_init=1.5 is not a blend weight; allowed: a number in [0, 1]",
         ),
         (["--model.block.sequence_mixer.pe_blend_steps=-3"], "pe_blend_steps=-3 is not a step count"),
+        (  # no anneal: the schedule would ignore p0 (ai2-olmo's words: tests/test_train_f_phi.py)
+            ["--model.block.sequence_mixer.pe_blend_init=1"],
+            "model.block.sequence_mixer.pe_blend_init=1.0 with model.block.sequence_mixer.pe_blend_steps=0 is no "
+            "blend (p is 0 from step 0): set model.block.sequence_mixer.pe_blend_steps to the steps over which p "
+            "falls to 0, or model.block.sequence_mixer.pe_blend_init=0",
+        ),
         (["--f_phi.lr_multiplier=0"], "f_phi.lr_multiplier=0"),
         (["--f_phi.lr_multiplier=.inf"], "f_phi.lr_multiplier=inf; allowed: a finite number > 0"),
         (["--nproc-per-node=2", "--f_phi.weight_decay=-1"], "f_phi.weight_decay=-1"),
