@@ -340,7 +340,7 @@ def test_round_trip_olmo_hf_olmo_is_bit_exact(converted, tmp_path):
     assert torch.load(back / "train.pt", weights_only=True)["global_step"] == 0
 
 
-def test_stock_hf_olmo2_converts_to_an_olmo_checkpoint(tmp_path, tokenizer_file):
+def test_stock_hf_olmo2_converts_to_an_olmo_checkpoint(tmp_path, tokenizer_file, capsys):
     """A stock transformers Olmo2 checkpoint (as an OLMo-2 stage-1 revision is) -> OLMo init checkpoint."""
     config = Olmo2Config(
         vocab_size=EMBEDDING,
@@ -374,6 +374,15 @@ def test_stock_hf_olmo2_converts_to_an_olmo_checkpoint(tmp_path, tokenizer_file)
         "content_map",
         "final_map",
     }
+    # Without a tokenizer.json: said in one line, as by OLMo-core's converter (tests/core/test_convert_families.py).
+    capsys.readouterr()
+    (tmp_path / "hf" / "tokenizer.json").unlink()
+    convert_from_hf(tmp_path / "hf", tmp_path / "bare")
+    err = capsys.readouterr().err  # then the progress bar of the weights
+    assert err.startswith(
+        f"{tmp_path / 'hf'} has no tokenizer.json: the checkpoint records no tokenizer (a run's config names its "
+        "data's; converting it back to HF then takes --tokenizer)\n"
+    )
 
 
 def _reference_dir(path: Path, olmo, pe_config: dict) -> Path:

@@ -45,6 +45,7 @@ from ..hf.files import (
     read_hf_state_dict,
     save_hf,
     save_tokenizer,
+    tokenizer_beside,
 )
 from ..hf.formats import read_hf_config
 from ..integrity import require_intact
@@ -187,9 +188,8 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
     check_distinct(input, output)
     check_replaceable(output, force)  # before any heavy work
     hf_config = read_hf_config(input)
-    vocab_size = None
-    if (input / "tokenizer.json").is_file():
-        vocab_size = _load_tokenizer(str(input / "tokenizer.json")).get_vocab_size()
+    tokenizer = tokenizer_beside(input)
+    vocab_size = _load_tokenizer(str(tokenizer)).get_vocab_size() if tokenizer else None
     model_config = olmo_config_from_hf(hf_config, vocab_size)
     state_dict = olmo_state_dict_from_hf(read_hf_state_dict(input), hf_config.num_hidden_layers)
     if hf_config.tie_word_embeddings:
@@ -200,7 +200,7 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
     train_config = RepoTrainConfig(
         model=model_config, hf_config=as_stock(hf_config)
     )  # convert_to_hf keeps it
-    if (input / "tokenizer.json").is_file():
+    if tokenizer:
         # The copy written beside model.pt; a training config names its own tokenizer anyway.
         train_config.tokenizer.identifier = str(Path(output).resolve() / "tokenizer.json")
     trainer_state = dict(
@@ -216,6 +216,6 @@ def convert_from_hf(input: PathOrStr, output: PathOrStr, *, force: bool = False)
         train_config.save(staging / "config.yaml")
         torch.save(state_dict, staging / "model.pt")
         torch.save(trainer_state, staging / "train.pt")
-        if (input / "tokenizer.json").is_file():
-            shutil.copyfile(input / "tokenizer.json", staging / "tokenizer.json")
+        if tokenizer:
+            shutil.copyfile(tokenizer, staging / "tokenizer.json")
     return Path(output)

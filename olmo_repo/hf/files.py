@@ -9,6 +9,7 @@ import dataclasses
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,12 @@ __all__ = [
     "as_stock",
     "carried",
     "check_state_dict",
+    "context_length",
     "over_stock",
     "read_hf_state_dict",
     "save_hf",
     "save_tokenizer",
+    "tokenizer_beside",
 ]
 
 MODEL_CLASSES = {
@@ -167,9 +170,11 @@ def save_hf(
 
 _META = ("model_type", "transformers_version", "architectures", "auto_map", "dtype", "torch_dtype")
 """Keys of a config.json that say how it is stored, not what the model is: the converted model's own."""
-_STOCK_WINS = ("bos_token_id", "eos_token_id", "pad_token_id", "use_cache")
+_STOCK_WINS = ("bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "max_window_layers")
 """Keys of the HF classes that no trainer's model config states: the tokenizer's ids (a run records the ids its data
-were made with, e.g. no start id, one of several end ids) and transformers' runtime switch."""
+were made with, e.g. no start id, one of several end ids), transformers' runtime switch, and Qwen 3's
+`max_window_layers`, which transformers reads only to derive `layer_types` where a config has none (every converted
+config states them): the release's statement (28 for 36 layers in Qwen3-8B) is kept."""
 _SCORED_ONLY = tuple(key for key in SCORED_PE_KEYS if key not in PE_KEYS)
 """What a model's RePo layers score with (`pe_blend`, `pe_positions`), which no training config holds."""
 
@@ -192,9 +197,32 @@ def over_stock(
             and (key not in fields or key in _STOCK_WINS + _SCORED_ONLY)
         ):
             setattr(config, key, value)
-    context = max(config.max_position_embeddings, stock.get("max_position_embeddings") or 0)
-    config.max_position_embeddings = max_position_embeddings or context
+    config.max_position_embeddings = context_length(
+        config.max_position_embeddings, stock, max_position_embeddings
+    )
     return config
+
+
+def tokenizer_beside(input: Path) -> Path | None:
+    """The tokenizer.json of the HF directory `input`, which a converter to a trainer's checkpoint copies beside
+    it; None where there is none, said in one line on stderr (both trainers' converters: the checkpoint then
+    records no tokenizer, which the trainers' data checks and the conversion back to HF would say later)."""
+    if (file := input / "tokenizer.json").is_file():
+        return file
+    print(
+        f"{input} has no tokenizer.json: the checkpoint records no tokenizer (a run's config names its data's; "
+        "converting it back to HF then takes --tokenizer)",
+        file=sys.stderr,
+    )
+    return None
+
+
+def context_length(trained: int, stock: dict[str, Any] | None, given: int | None = None) -> int:
+    """A converted model's `max_position_embeddings` (`over_stock`): `given` outright, else the longer of the
+    training length and the stock model's context (the window a run trained on is not what the model can read).
+    A converter builds its config at this length from the start: transformers' RoPE validation warns of a Llama 3
+    scaling whose original length is past the one it is built with."""
+    return given or max(trained, (stock or {}).get("max_position_embeddings") or 0)
 
 
 def as_stock(config: PreTrainedConfig) -> dict[str, Any]:

@@ -13,9 +13,12 @@ checkpoint was written with.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import re
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,14 +192,26 @@ def load_model(path: str | Path, config: TransformerConfig | None = None) -> Tra
     config = config or model_config(path)
     read_metadata(Path(path) / MODEL_AND_OPTIM)  # whole, before the load
     model = config.build(init_device="cpu")
-    load_model_and_optim_state(Path(path) / MODEL_AND_OPTIM, model, strict=True)
+    with _one_process():
+        load_model_and_optim_state(Path(path) / MODEL_AND_OPTIM, model, strict=True)
     return model
 
 
 def save_model(model: Transformer, config: dict[str, Any], out: Path) -> None:
     """Write a model-only OLMo-core checkpoint of `model` into the (new, empty) directory `out`."""
-    save_model_and_optim_state(out / MODEL_AND_OPTIM, model)
+    with _one_process():
+        save_model_and_optim_state(out / MODEL_AND_OPTIM, model)
     (out / CONFIG).write_text(json.dumps(config, indent=2))
+
+
+@contextlib.contextmanager
+def _one_process() -> Iterator[None]:
+    """Without torch's warning that a checkpoint is read or written in one process where no process group is up
+    ("torch.distributed is disabled, ... assuming the intent is to load in a single process"): a converter's one
+    process is the intent (each conversion printed it once or twice)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
 
 
 def state_dict(model: Transformer) -> dict[str, torch.Tensor]:

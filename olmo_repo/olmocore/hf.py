@@ -34,7 +34,16 @@ from transformers import (
 
 from ..errors import RepoError
 from ..hf import DTYPES, read_hf_config
-from ..hf.files import as_stock, carried, over_stock, read_hf_state_dict, save_hf, save_tokenizer
+from ..hf.files import (
+    as_stock,
+    carried,
+    context_length,
+    over_stock,
+    read_hf_state_dict,
+    save_hf,
+    save_tokenizer,
+    tokenizer_beside,
+)
 from ..hf.formats import ALL_MODEL_TYPES
 from ..output import check_distinct, check_replaceable, staged_dir
 from . import checkpoint
@@ -125,7 +134,7 @@ def core_to_hf(
             eos_token_id=tok.get("eos_token_id"),
             pad_token_id=tok.get("pad_token_id"),
             bos_token_id=tok.get("bos_token_id"),
-            max_position_embeddings=int(length or 0),
+            max_position_embeddings=context_length(int(length or 0), stock, max_position_embeddings),
             pe_blend=index_blend_at(model_config, checkpoint.steps_done(input)),
         )
     except ValueError as e:
@@ -188,9 +197,10 @@ def hf_to_core(input: str | Path, output: str | Path, *, force: bool = False) ->
         pad_token_id=hf_config.pad_token_id,
         bos_token_id=hf_config.bos_token_id,
     )
+    tokenizer_file = tokenizer_beside(input)
     with staged_dir(output, force) as staging:
-        if (input / "tokenizer.json").is_file():
-            shutil.copyfile(input / "tokenizer.json", staging / "tokenizer.json")
+        if tokenizer_file:
+            shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
             tokenizer["identifier"] = str(Path(output).resolve() / "tokenizer.json")
         config = {
             "model": model_config.as_config_dict(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -90,13 +91,14 @@ CASES = {
         ),
         torch.bfloat16,
     ),
-    # MQA, head_dim 24 != 64 / 4, untied, linear RoPE scaling, max_window_layers as Qwen 3 states it (= layers)
+    # MQA, head_dim 24 != 64 / 4, untied, linear RoPE scaling, max_window_layers as Qwen3-8B's config.json states
+    # it (28 of its 36 layers; no layer slides: transformers reads it only where layer_types is unset)
     "qwen3-mqa-head-dim": (
         Qwen3Config,
         dict(
             num_key_value_heads=1,
             head_dim=24,
-            max_window_layers=4,
+            max_window_layers=28,
             rope_parameters={"rope_type": "linear", "rope_theta": 1e6, "factor": 2.0},
         ),
         torch.float32,
@@ -371,3 +373,30 @@ def test_each_family_table_covers_every_key_of_its_hf_config(family):
     keys = {f.name for f in dataclasses.fields(family.stock)} - base
     covered = {k for row in family.rows for k in row.hf} | set(family.hf_fixed) | set(family.hf_free)
     assert keys - covered == set() and covered - keys == set()
+
+
+def test_conversions_say_only_what_the_user_must_know(tmp_path, capfd, recwarn, caplog):
+    """Both ways, nothing but the line a user needs: no warning of torch's that a checkpoint is read or written in
+    one process (each conversion printed one or two), none of transformers' that a Llama 3 scaling's original length
+    is past the context of a run trained shorter (the config it warned of was built at the training length, then
+    given the stock model's), and one line where the HF directory has no tokenizer.json."""
+    _, hf_dir = _stock(tmp_path, "llama-gqa-llama3")  # original_max_position_embeddings 32, context 256
+    (hf_dir / "tokenizer.json").unlink()
+    core_dir = hf_to_core(hf_dir, tmp_path / "core")
+    config = checkpoint.read_config(core_dir)
+    config["train_module"]["max_sequence_length"] = 16  # a run trained at 16 tokens
+    (core_dir / "config.json").write_text(json.dumps(config))
+    transformers_log = logging.getLogger("transformers")  # its own handler, not propagated: caplog's added
+    transformers_log.addHandler(caplog.handler)
+    try:
+        back = core_to_hf(core_dir, tmp_path / "hf", tokenizer=str(BASE_DIR / "tokenizer.json"))
+    finally:
+        transformers_log.removeHandler(caplog.handler)
+    assert _json(back / "config.json")["max_position_embeddings"] == 256
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    out, err = capfd.readouterr()
+    assert [line for line in err.splitlines() if line.strip() and "%|" not in line] == [
+        f"{hf_dir} has no tokenizer.json: the checkpoint records no tokenizer (a run's config names its data's; "
+        "converting it back to HF then takes --tokenizer)"
+    ]
+    assert [str(w.message) for w in recwarn] == []
