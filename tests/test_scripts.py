@@ -161,7 +161,7 @@ def test_run_is_the_convention(capsys):
         raise KeyboardInterrupt
 
     assert run("x.py", lambda: None) == 0 and run("x.py", lambda: 3) == 3
-    assert run("x.py", lambda: open("/nowhere/file")) == 1
+    assert run("x.py", lambda: Path("/nowhere/file").read_bytes()) == 1
     assert capsys.readouterr().err == "x.py: error: [Errno 2] No such file or directory: '/nowhere/file'\n"
     assert run("x.py", lambda: {}["key"]) == 1 and capsys.readouterr().err == "x.py: error: key\n"
     assert run("x.py", interrupted) == 130 and capsys.readouterr().err == "x.py: interrupted\n"

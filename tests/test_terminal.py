@@ -66,11 +66,12 @@ def test_a_quiet_stream_points_its_descriptor_at_the_null_device():
     """Once a write failed, what else writes to the descriptor (C code, a child) goes quiet too, as later writes."""
     read, write = os.pipe()
     os.close(read)
-    stream = QuietStream(open(write, "w"))
-    stream.write("x" * 100_000)  # more than the buffer: written through to the closed pipe
-    stream.flush()
-    assert stream.lost and os.write(write, b"quiet") == 5
-    assert stream.write("more") == 4
+    with open(write, "w") as pipe:
+        stream = QuietStream(pipe)
+        stream.write("x" * 100_000)  # more than the buffer: written through to the closed pipe
+        stream.flush()
+        assert stream.lost and os.write(write, b"quiet") == 5
+        assert stream.write("more") == 4
 
 
 @pytest.mark.slow
@@ -88,9 +89,10 @@ def test_eval_writes_its_results_when_its_terminal_closes(tmp_path):
 
 def test_a_command_whose_product_is_its_printout_fails_without_it(monkeypatch, capsys):
     """flops.py's table is its product: with standard output on a full disk it exits 1, saying so on stderr."""
-    full = QuietStream(open("/dev/full", "w"))
-    monkeypatch.setattr(sys, "stdout", full)
-    assert flops.main([str(BASE_DIR)]) == 1 and full.lost
+    with open("/dev/full", "w") as disk:
+        full = QuietStream(disk)
+        monkeypatch.setattr(sys, "stdout", full)
+        assert flops.main([str(BASE_DIR)]) == 1 and full.lost
     assert (
         capsys.readouterr().err == "flops.py: error: standard output was closed before the table was whole\n"
     )

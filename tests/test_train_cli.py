@@ -104,7 +104,9 @@ def test_killed_run_resumes_with_identical_losses_and_data_order(tmp_path):
     data = write_corpus(tmp_path / "data")
     steps = dict(max_duration=40, stop_at=40, save_interval_unsharded=4, **LEARNING)
     reference = tmp_path / "reference"
-    # Its standard output closed after one line (`| head -1`): the run goes on, saying nothing of it on stderr.
+    # Its standard output closed after one line (`| head -1`): the run goes on, saying nothing of it on stderr. Its
+    # writers that outlive a step (metrics.jsonl, the gzip of data-indices/) are read whole below: their last bytes
+    # are on disk although the process ends through os._exit (olmo_repo.cli.command).
     log = tmp_path / "reference.err"
     command = train_command(STAGE1, small(data, reference, **steps))
     assert run_to_head(command, log=log, env=subprocess_env())[0] == 0, log.read_text()[-3000:]
