@@ -160,7 +160,7 @@ def check_checkout(script: str = "smollm2_recipe") -> None:
 def check_model(model: str | None) -> None:
     """`RepoError` unless `model` (a recipe's `--model`; None: one is made in its folder) is a complete directory
     that scripts/smollm2.py wrote: checked before the recipe's folder is made, never written there."""
-    from .fetch.smollm2 import directory_problem
+    from .smollm2 import directory_problem
 
     if model and (problem := directory_problem(model)):
         said = (

@@ -39,10 +39,10 @@ def prepare_data(
 
 
 def prepare_each(model: Path, inputs: list[Path], runs: list[tuple[Path, int, int]]) -> None:
-    """`olmo_repo.fetch.prepare.prepare` of `inputs` into each (folder, shard tokens, tasks) of `runs`, one worker,
+    """`olmo_repo.data.prepare.prepare` of `inputs` into each (folder, shard tokens, tasks) of `runs`, one worker,
     in one process of the data environment (a sweep of settings without a command's start-up for each)."""
     script = (
-        "import json, sys; from olmo_repo.fetch.prepare import prepare\n"
+        "import json, sys; from olmo_repo.data.prepare import prepare\n"
         "a = json.loads(sys.argv[1])\n"
         "for out, shard, tasks in a['runs']:\n"
         "    prepare(a['model'], a['inputs'], out, shard_tokens=shard, tasks=tasks, workers=1, progress=False)\n"

@@ -1,4 +1,4 @@
-"""The suite's real model, SmolLM2-135M-Instruct (Q4_1 dequantised: `olmo_repo.fetch.smollm2`), built once per
+"""The suite's real model, SmolLM2-135M-Instruct (Q4_1 dequantised: `olmo_repo.smollm2`), built once per
 test session wherever a session needs it: the main session (tests/test_smollm2.py), the OLMo-core session and the
 vLLM session (their conftests import the fixture `smollm2_dir`). Each session builds it once (~10 s), its xdist
 workers sharing the one folder (`suite.built_once`)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from olmo_repo.fetch.smollm2 import make_smollm2
+from olmo_repo.smollm2 import make_smollm2
 
 from .suite import built_once
 

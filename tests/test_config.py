@@ -19,7 +19,7 @@ ALL_CONFIGS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "dat
 def test_the_olmo2_stage2_mix_file_is_the_released_configs_sources_with_shares_summing_to_1():
     """configs/data/olmo2-stage2-mix.yaml (scripts/prepare_data.py --mix) reads as a mix of the 50B tokens of the
     released stage-2 config, one source per kind of its data paths."""
-    from olmo_repo.fetch.mix import read_mix
+    from olmo_repo.data.mix import read_mix
 
     mix = read_mix(CONFIGS / "data" / "olmo2-stage2-mix.yaml")
     assert mix.tokens == 50_000_000_000 and abs(sum(s.share for s in mix.sources) - 1) < 1e-9

@@ -274,8 +274,8 @@ def test_tokenize_text_writes_the_bytes_it_always_wrote(tmp_path):
     bytes it wrote before scripts/prepare_data.py existed (sha256 taken then, at dc60c04)."""
     import hashlib
 
+    from olmo_repo.data.tokens import Documents, tokenize_text
     from olmo_repo.demo import BASE_DIR
-    from olmo_repo.fetch.tokens import Documents, tokenize_text
 
     texts = [
         "The code of apple is 123.",

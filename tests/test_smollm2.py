@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from olmo_repo import smollm2
 from olmo_repo.cli.smollm2 import main
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import CorruptFileError
-from olmo_repo.fetch import smollm2
-from olmo_repo.fetch.smollm2 import GGUF_FILE, INSTALL, installed_gguf, read_gguf
+from olmo_repo.smollm2 import GGUF_FILE, INSTALL, installed_gguf, read_gguf
 
 from .real_models import build_smollm2
 
@@ -138,7 +138,7 @@ def test_a_kill_mid_write_leaves_the_earlier_directory(built, tmp_path):
     before = snapshot(old)
     code = (
         "import os, signal\n"
-        "from olmo_repo.fetch import smollm2\n"
+        "from olmo_repo import smollm2\n"
         "smollm2._weights = lambda *args: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"smollm2.make_smollm2({str(old)!r}, force=True, progress=False)\n"
     )

@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 from omegaconf import OmegaConf as om
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from .. import datafolder, modes
+from .. import modes
+from ..data import folder as datafolder
 from ..errors import not_a_key
 from ..modes import FPhiTraining, PositionKeys, PositionMode, layer_modes, repo_layer_ids
 

@@ -33,7 +33,7 @@ from torch.distributed.fsdp import (
     ShardingStrategy,
 )
 
-from .. import datafolder
+from ..data import folder as datafolder
 from ..errors import RepoError, command, not_a_length
 from ..integrity import checkpoint_problems, olmo_core_checkpoint_problem
 from ..modes import repo_layer_ids

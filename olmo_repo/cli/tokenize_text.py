@@ -1,11 +1,11 @@
 """`scripts/tokenize_text.py --model DIR --output DIR [--text FILE ...]`: token files made from text with a model's
-own tokenizer, the `--data-root` of a run continuing that model (`olmo_repo.fetch.tokens`)."""
+own tokenizer, the `--data-root` of a run continuing that model (`olmo_repo.data.tokens`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..fetch.tokens import TOKENS_FILE
+from ..data.tokens import TOKENS_FILE
 from . import command, run
 
 __all__ = ["main"]
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def body() -> None:
-        from ..fetch.tokens import python_docs, text_files, tokenize_text
+        from ..data.tokens import python_docs, text_files, tokenize_text
 
         documents = text_files(args.text) if args.text else python_docs()
         written = tokenize_text(

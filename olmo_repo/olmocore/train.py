@@ -57,7 +57,7 @@ from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment,
 from olmo_core.train.callbacks import Callback, ConfigSaverCallback
 from olmo_core.utils import seed_all
 
-from .. import datafolder
+from ..data import folder as datafolder
 from ..errors import RepoError, not_a_key, not_a_length
 from ..metrics import append_metrics, trim_metrics
 from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param

@@ -2,7 +2,7 @@
 `check_experiment`): a data folder's shards and a mix's source mixture are what the config reads, and before step
 0 every folder the run reads (each source of a mix) must be finished and made with the model's tokenizer, checked
 from the tokenizer.json it records; one line naming the folder otherwise. The folders are written here in the
-layout `olmo_repo.datafolder` describes (the command itself is tested in tests/test_prepare_data.py)."""
+layout `olmo_repo.data.folder` describes (the command itself is tested in tests/test_prepare_data.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmo_repo.datafolder import DATA_FORMAT, MIX_FORMAT
+from olmo_repo.data.folder import DATA_FORMAT, MIX_FORMAT
 from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
 from olmo_repo.olmocore.train import check_experiment, load_build_config

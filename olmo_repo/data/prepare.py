@@ -1,13 +1,13 @@
 """A run's data from real corpora (`scripts/prepare_data.py`): documents read, tokenised with the model's own
 tokenizer and written as token shards by datatrove, on every core and, past one machine, on N machines that each
 write their part of the same folder; one step then checks the parts and joins them (`data.json`). The folder's
-layout is `olmo_repo.datafolder`'s; docs/data.md says why datatrove, and what it measured.
+layout is `olmo_repo.data.folder`'s; docs/data.md says why datatrove, and what it measured.
 
 How a folder is made (OUTPUT is a local folder or an s3:// URL):
 
 1. Checks, before anything is written: the model's tokenizer.json reads with the `tokenizers` package and its end
    id is a token; every input resolves to jsonl or parquet files that are not empty, and every record of the files
-   still to do is a JSON object (or parquet row) with a string `text`, in UTF-8 (`olmo_repo.fetch.inputs`, on every
+   still to do is a JSON object (or parquet row) with a string `text`, in UTF-8 (`olmo_repo.data.inputs`, on every
    core); OUTPUT is new, or this command's folder made with the same settings (a rerun continues it; other
    settings are refused, naming the first that differs).
 2. OUTPUT/.prepare/ records the settings and the input lists, OUTPUT/tokenizer.json the tokenizer; then datatrove's
@@ -26,27 +26,23 @@ How a folder is made (OUTPUT is a local folder or an s3:// URL):
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import hashlib
 import json
 import os
 import re
 import sys
-import threading
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..datafolder import DATA_FORMAT, MANIFEST, STARTED, STATE, TOKENIZER, shard_documents_name
 from ..errors import RepoError
-from ..output import write_file
-from ..terminal import QuietStream
+from .folder import DATA_FORMAT, MANIFEST, STARTED, STATE, TOKENIZER, shard_documents_name
 from .inputs import Inputs, common_root, read_records, resolve_inputs
-from .tokens import _model_files, end_token_id
+from .pipeline import Shifted, TaskShards, TaskStart, progress, stderr_to
+from .store import open_folder, read_json, write_whole
+from .tokens import end_token_id, model_files
 
 if TYPE_CHECKING:
     from datatrove.io import DataFolder
@@ -117,7 +113,7 @@ def model_tokenizer(model: str | PathLike, eos_token_id: int | None = None) -> M
     and its end id (the model's unless given), read with the `tokenizers` package; `RepoError` in one line."""
     from tokenizers import Tokenizer
 
-    tokenizer_file, config = _model_files(Path(model))
+    tokenizer_file, config = model_files(Path(model))
     eos = end_token_id(config, model) if eos_token_id is None else eos_token_id
     try:
         vocab_size = Tokenizer.from_file(str(tokenizer_file)).get_vocab_size(with_added_tokens=True)
@@ -127,25 +123,6 @@ def model_tokenizer(model: str | PathLike, eos_token_id: int | None = None) -> M
         raise RepoError(f"end id {eos} is not a token of {tokenizer_file} (ids 0..{vocab_size - 1})")
     digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
     return Model(tokenizer_file, eos, vocab_size, digest)
-
-
-def _folder(url: str) -> DataFolder:
-    from datatrove.io import get_datafolder
-
-    return get_datafolder(url)
-
-
-def _read_json(folder: DataFolder, name: str) -> Any:
-    with folder.open(name, "rt") as f:
-        return json.load(f)
-
-
-def _write(folder: DataFolder, name: str, data: bytes | str) -> None:
-    """A file of the state or the manifest, whole or not at all: renamed into place locally, one PUT remotely."""
-    if folder.is_local():
-        write_file(folder.resolve_paths(name), data)
-    else:
-        folder.pipe_file(name, data.encode() if isinstance(data, str) else data)
 
 
 def _check_output(out: DataFolder, settings: Settings) -> None:
@@ -165,7 +142,7 @@ def _check_output(out: DataFolder, settings: Settings) -> None:
         raise RepoError(f"--output {out.path} holds shards but no {STARTED}: choose another folder")
     if not names:
         return
-    recorded = _read_json(out, STARTED)
+    recorded = read_json(out, STARTED)
     for key, value in asdict(settings).items():
         if recorded.get(key) != value:
             was = recorded.get(key)
@@ -185,7 +162,7 @@ def _done(out: DataFolder, rank: int) -> bool:
 
 def _damaged(out: DataFolder, rank: int) -> str | None:
     """Why a done task's shards are not whole (missing, or a size other than its record's), or None."""
-    for shard in _read_json(out, f"{STATE}/shards/{rank:05d}.json"):
+    for shard in read_json(out, f"{STATE}/shards/{rank:05d}.json"):
         if not out.isfile(shard["path"]) or not out.isfile(shard_documents_name(shard["path"])):
             return f"{shard['path']} is missing"
         if (size := out.size(shard["path"])) != 4 * shard["tokens"]:
@@ -254,7 +231,7 @@ def plan(
     if not 0 <= node_rank < nodes:  # more machines than tasks: some have none (a mix's small source)
         raise RepoError(f"--node-rank {node_rank} is not one of --nodes {nodes} (0..{nodes - 1})")
     settings = Settings(list(files.files), model.sha256, model.eos_token_id, shard_tokens, tasks)
-    out = _folder(output.rstrip("/"))
+    out = open_folder(output.rstrip("/"))
     _check_output(out, settings)
     ranks = _ranks(tasks, nodes, node_rank)
     if out.exists(STARTED):
@@ -275,13 +252,13 @@ def plan(
 
 def execute(plan: Plan) -> None:
     """Record the plan's settings, input lists and tokenizer in its folder, then run its tasks still to do."""
-    out = _folder(plan.output)
-    _write(out, STARTED, json.dumps(asdict(plan.settings), indent=1))
+    out = open_folder(plan.output)
+    write_whole(out, STARTED, json.dumps(asdict(plan.settings), indent=1))
     for kind in ("jsonl", "parquet"):
         listed = [f[len(plan.root) + 1 :] for f in getattr(plan.files, kind)]
-        _write(out, f"{STATE}/{kind}.txt", "".join(f"{p}\n" for p in listed))
+        write_whole(out, f"{STATE}/{kind}.txt", "".join(f"{p}\n" for p in listed))
     if not out.exists(TOKENIZER):
-        _write(out, TOKENIZER, plan.model.tokenizer.read_bytes())
+        write_whole(out, TOKENIZER, plan.model.tokenizer.read_bytes())
     if plan.todo:
         _run(out, plan)
 
@@ -337,8 +314,8 @@ def _run(out: DataFolder, plan: Plan) -> None:
         local_rank_offset=ranks.start,
     )
     work.mkdir(parents=True, exist_ok=True)
-    with _stderr_to(work / "run.log") as terminal:
-        with _progress(out, work, ranks, terminal, plan.progress):
+    with stderr_to(work / "run.log") as terminal:
+        with progress(out, work, ranks, terminal, plan.progress):
             try:
                 executor.run()
             except Exception as e:
@@ -361,143 +338,13 @@ def _work(out: DataFolder, nodes: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"olmo-repo-prepare-{name}")
 
 
-@contextlib.contextmanager
-def _stderr_to(log: Path) -> Iterator[Any]:
-    """File descriptor 2 of this process and the workers it starts into `log` (datatrove's per-task log lines);
-    yields a stream to the terminal's stderr for the progress bar. Restored on exit."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    terminal = QuietStream(os.fdopen(os.dup(saved), "w", buffering=1))
-    with open(log, "a") as f:
-        os.dup2(f.fileno(), 2)
-    try:
-        yield terminal
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        terminal.close()
-
-
-@contextlib.contextmanager
-def _progress(out: DataFolder, work: Path, ranks: range, terminal: Any, enabled: bool) -> Iterator[None]:
-    """A progress bar of tokens (and tokens/s) over this machine's tasks, from what they have written: the
-    unshuffled token files growing in the working folder (4 bytes an id) and the shards of the tasks done."""
-    from tqdm import tqdm
-
-    stop = threading.Event()
-
-    done: dict[str, int] = {}  # a finished task's record -> its tokens (read once; one listing a poll)
-    mine = {f"{r:05d}.json" for r in ranks}
-
-    def tokens() -> int:
-        records = (
-            {Path(p).name for p in out.ls(f"{STATE}/shards", detail=False)}
-            if out.exists(f"{STATE}/shards")
-            else set()
-        )
-        for name in (records & mine) - done.keys():
-            done[name] = sum(s["tokens"] for s in _read_json(out, f"{STATE}/shards/{name}"))
-        growing = sum(p.stat().st_size for r in ranks for p in work.glob(f"{r:05d}_unshuffled.ds")) // 4
-        return sum(done.values()) + growing
-
-    def poll() -> None:
-        start = tokens()
-        with tqdm(desc="tokenising", unit="tok", unit_scale=True, file=terminal, disable=not enabled) as bar:
-            while not stop.wait(1.0):
-                with contextlib.suppress(OSError, ValueError):
-                    bar.update(max(0, tokens() - start - bar.n))
-            with contextlib.suppress(OSError, ValueError):
-                bar.update(max(0, tokens() - start - bar.n))
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-class Shifted:
-    """A reader that takes files[(rank - shift)::world_size] of its list: the second reader of a task continues the
-    first's numbering, so that task r reads files r, r + tasks, ... of the jsonl and parquet files as one list."""
-
-    def __init__(self, reader: Any, shift: int) -> None:
-        self.reader, self.shift = reader, shift
-
-    def __call__(self, data: Any, rank: int = 0, world_size: int = 1) -> Any:
-        return self.reader(data, (rank - self.shift) % world_size, world_size)
-
-    def __repr__(self) -> str:
-        return repr(self.reader)
-
-
-class TaskStart:
-    """The first step of a task: what an earlier, killed attempt of the same task left is removed (its shards,
-    its record, its working files), so that the task writes from nothing."""
-
-    def __init__(self, output: str, work: str) -> None:
-        self.output, self.work = output, work
-
-    def __call__(self, data: Any, rank: int = 0, world_size: int = 1) -> Any:
-        out = _folder(self.output)
-        for pattern in (f"part-{rank:05d}-*", f"{rank:05d}_*"):
-            for name in out.list_files(glob_pattern=pattern, recursive=False):
-                out.rm_file(name)
-        if out.isfile(record := f"{STATE}/shards/{rank:05d}.json"):
-            out.rm_file(record)
-        for path in Path(self.work).glob(f"{rank:05d}_*"):
-            path.unlink()
-        return data
-
-
-class TaskShards:
-    """The last step of a task: each shard datatrove wrote (`NNNNN_SSSSS_doc_shuffled.ds` and its `.index` of
-    document ends) becomes `part-NNNNN-SSSSS.npy` with its documents' offsets (`.csv.gz`, written first), and the
-    task's record lists them (written last). datatrove opens a new shard whenever the running total passes
-    `max_tokens_per_file` after a document, the task's last one included: that shard stays empty, and is removed
-    (the parts are numbered without it)."""
-
-    def __init__(self, output: str) -> None:
-        self.output = output
-
-    def __call__(self, data: Any, rank: int = 0, world_size: int = 1) -> Any:
-        import numpy as np
-
-        from ..upstream.datatrove import shard_name
-
-        out, shards, sub = _folder(self.output), [], 0
-        while out.isfile(name := shard_name(rank, sub)):
-            sub += 1
-            with out.open(f"{name}.index", "rb") as f:
-                ends = np.frombuffer(f.read(), dtype="<u8")  # [documents] cumulative token ends
-            tokens = int(ends[-1]) if len(ends) else 0
-            if out.size(name) != 4 * tokens:
-                raise RuntimeError(f"{name}: {out.size(name)} bytes for {tokens} tokens")
-            if not tokens:
-                out.rm_file(name)
-                out.rm_file(f"{name}.index")
-                continue
-            part = f"part-{rank:05d}-{len(shards):05d}.npy"
-            starts = np.concatenate([np.zeros(1, dtype=ends.dtype), ends[:-1]])  # uint64: no float
-            rows = "".join(f"{s},{e}\n" for s, e in zip(starts.tolist(), ends.tolist()))
-            out.pipe_file(shard_documents_name(part), gzip.compress(rows.encode(), mtime=0))
-            out.mv(name, part)
-            out.rm_file(f"{name}.index")
-            shards.append({"path": part, "tokens": tokens, "documents": len(ends)})
-        _write(out, f"{STATE}/shards/{rank:05d}.json", json.dumps(shards))
-        return data
-
-
 def join(output: str) -> Prepared:
     """Check every task's shards and write `data.json` (what the trainers read); `RepoError` naming what is not
     done or not whole (nothing written then)."""
-    out = _folder(output.rstrip("/"))
+    out = open_folder(output.rstrip("/"))
     if not out.isfile(STARTED):
         raise RepoError(f"--output {output} is not a folder of scripts/prepare_data.py (no {STARTED})")
-    settings = _read_json(out, STARTED)
+    settings = read_json(out, STARTED)
     missing = [r for r in range(settings["tasks"]) if not _done(out, r)]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
@@ -509,7 +356,7 @@ def join(output: str) -> Prepared:
     for rank in range(settings["tasks"]):
         if damage := _damaged(out, rank):
             raise RepoError(f"--output {output}: {damage}: rerun the command to redo that task")
-        shards += _read_json(out, f"{STATE}/shards/{rank:05d}.json")
+        shards += read_json(out, f"{STATE}/shards/{rank:05d}.json")
     from tokenizers import Tokenizer
 
     with out.open(TOKENIZER, "rt") as f:
@@ -528,5 +375,5 @@ def join(output: str) -> Prepared:
         "settings": settings,
         "shards": shards,
     }
-    _write(out, MANIFEST, json.dumps(manifest, indent=1))
+    write_whole(out, MANIFEST, json.dumps(manifest, indent=1))
     return Prepared(output, len(shards), tokens, documents, settings["eos_token_id"])

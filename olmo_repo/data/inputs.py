@@ -1,5 +1,5 @@
 """The documents `scripts/prepare_data.py` reads: input paths resolved to files, and every record checked before
-anything is written (`olmo_repo.fetch.prepare`).
+anything is written (`olmo_repo.data.prepare`).
 
 An input is a local or `s3://` file, folder (every file under it) or glob; a file is jsonl (`.jsonl`,
 `.jsonl.gz`, `.jsonl.zst`; `.json` and `.ndjson` too: one JSON object a line) or parquet (`.parquet`), one

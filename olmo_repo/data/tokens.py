@@ -35,6 +35,7 @@ __all__ = [
     "Documents",
     "TokenFiles",
     "end_token_id",
+    "model_files",
     "python_docs",
     "text_files",
     "tokenize_text",
@@ -97,7 +98,7 @@ def text_files(paths: list[str | PathLike]) -> Documents:
     return Documents(f"{len(paths)} text file{'s' * (len(paths) != 1)}", texts)
 
 
-def _model_files(model: Path) -> tuple[Path, dict]:
+def model_files(model: Path) -> tuple[Path, dict]:
     """The model folder's tokenizer.json and its config.json as a dict; `RepoError` naming what is missing."""
     if not model.exists():
         raise RepoError(f"--model {model} does not exist")
@@ -156,7 +157,7 @@ def tokenize_text(
     model, output = Path(model), Path(output)
     check_distinct(model, output)
     check_replaceable(output, force)
-    tokenizer_file, config = _model_files(model)
+    tokenizer_file, config = model_files(model)
     eos = end_token_id(config, model) if eos_token_id is None else eos_token_id
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_file))

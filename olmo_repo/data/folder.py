@@ -1,5 +1,5 @@
-"""What a prepared data folder is, as both trainers read it: `scripts/prepare_data.py`'s output (`olmo_repo.fetch.
-prepare`), one folder per source, and a mix's folder of them (`olmo_repo.fetch.mix`). Standard library only.
+"""What a prepared data folder is, as both trainers read it: `scripts/prepare_data.py`'s output (`olmo_repo.data.
+prepare`), one folder per source, and a mix's folder of them (`olmo_repo.data.mix`). Standard library only.
 
 A data folder holds
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import RepoError
+from ..errors import RepoError
 
 __all__ = [
     "DATA_FORMAT",

@@ -34,8 +34,8 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorruptFileError, RepoError, in_checkout
-from ..output import check_replaceable, foreign_entries, staged_dir
+from .errors import CorruptFileError, RepoError, in_checkout
+from .output import check_replaceable, foreign_entries, staged_dir
 
 __all__ = [
     "DEFAULT_OUTPUT",

@@ -1,5 +1,5 @@
 """A mix (`scripts/prepare_data.py --mix FILE`): several sources, each tokenised into a data folder of its own
-(`olmo_repo.fetch.prepare`), and `mix.json`, the config fragment both trainers read (`olmo_repo.datafolder`).
+(`olmo_repo.data.prepare`), and `mix.json`, the config fragment both trainers read (`olmo_repo.data.folder`).
 
 The mix file (YAML; `configs/data/olmo2-stage2-mix.yaml` is the OLMo 2 stage-2 mix):
 
@@ -30,9 +30,10 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ..datafolder import MIX, MIX_FORMAT
 from ..errors import RepoError
-from .prepare import Prepared, _folder, _write, execute, join, model_tokenizer, plan
+from .folder import MIX, MIX_FORMAT
+from .prepare import Prepared, execute, join, model_tokenizer, plan
+from .store import open_folder, write_whole
 
 __all__ = ["Mix", "MixSource", "join_mix", "join_output", "prepare_mix", "read_mix"]
 
@@ -116,7 +117,7 @@ def read_mix(path: str | PathLike) -> Mix:
 
 
 def _check_mix_output(output: str, mix: Mix) -> None:
-    out = _folder(output.rstrip("/"))
+    out = open_folder(output.rstrip("/"))
     if not out.exists(""):
         return
     names = {Path(p.rstrip("/")).name for p in out.ls("", detail=False)}
@@ -141,7 +142,7 @@ def prepare_mix(
         for s in mix.sources
     ]
     record = {"tokens": mix.tokens, "sources": [vars(s) for s in mix.sources]}
-    _write(_folder(root), _RECORD, json.dumps(record))
+    write_whole(open_folder(root), _RECORD, json.dumps(record))
     for checked in plans:
         execute(checked)
     return join_mix(output) if nodes == 1 else None
@@ -149,7 +150,7 @@ def prepare_mix(
 
 def _fragment(mix: Mix, folders: list[Prepared], root: str) -> dict[str, Any]:
     """mix.json's content from the sources and their finished folders."""
-    manifests = [json.loads(_folder(f"{root}/{s.name}").read_text("data.json")) for s in mix.sources]
+    manifests = [json.loads(open_folder(f"{root}/{s.name}").read_text("data.json")) for s in mix.sources]
     total = sum((s.repeat or 0) * f.tokens for s, f in zip(mix.sources, folders))
     sources, ai2 = [], []
     for source, folder, data in zip(mix.sources, folders, manifests):
@@ -191,17 +192,17 @@ def _fragment(mix: Mix, folders: list[Prepared], root: str) -> dict[str, Any]:
 
 def join_output(output: str) -> Prepared:
     """`--join`: a mix folder's (`join_mix`) or a single folder's (`prepare.join`)."""
-    return join_mix(output) if _folder(output.rstrip("/")).isfile(_RECORD) else join(output)
+    return join_mix(output) if open_folder(output.rstrip("/")).isfile(_RECORD) else join(output)
 
 
 def join_mix(output: str) -> Prepared:
     """Join every source's folder (`prepare.join`) and write `mix.json`; returns the whole mix's count."""
     root = output.rstrip("/")
-    out = _folder(root)
+    out = open_folder(root)
     recorded = json.loads(out.read_text(_RECORD))
     mix = Mix([MixSource(**s) for s in recorded["sources"]], recorded["tokens"])
     folders = [join(f"{root}/{s.name}") for s in mix.sources]
-    _write(out, MIX, json.dumps(_fragment(mix, folders, root), indent=1))
+    write_whole(out, MIX, json.dumps(_fragment(mix, folders, root), indent=1))
     return Prepared(
         output,
         sum(f.shards for f in folders),
