@@ -100,9 +100,11 @@ demo-base: install
 	$(BIN)/python scripts/demo_base.py
 
 # RePo vs RoPE vs NoPE side by side (CPU size here; `--size gpu-1b` on a GPU machine), with multi-head and
-# grouped-query attention (4 query heads per key/value head). See bench/RESULTS.md.
+# grouped-query attention (4 query heads per key/value head); then what a RePo layer keeps for backward beyond a
+# RoPE layer under bf16 autocast, beside issue 59's allowance. See bench/RESULTS.md.
 bench: install
 	$(BIN)/python bench/bench_repo.py --size cpu,cpu-gqa --json bench/last-cpu.json
+	$(BIN)/python bench/bench_saved.py --json bench/last-saved-cpu.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -15,6 +15,7 @@
 #   kernels       tests/kernel_checks.py on the device: the kernels and RepoLayer against float64 and the torch
 #                 code, forward and backward, at small and at the 1B's shapes (45 s)          -> kernels.log
 #   check cost    bench/bench_check.py: the check before a kernel variant runs, per 1B specialisation -> check-cost.log
+#   saved bytes   bench/bench_saved.py: bytes per token a RePo layer keeps beyond RoPE's, bf16      -> saved.log
 #   ai2-olmo      bench_repo.py --size gpu-1b, then gpu-1b-gqa, each --profile (125 s each): the profile's
 #                 RePo-only ops with their shares, timed rounds of RoPE, RePo and RePo without its kernels
 #                 (step; decode per token with the KV cache), peak memory one model at a time, the pieces
@@ -114,6 +115,8 @@ timeout "$(limit 90)" python3 -m pytest -q -rs -s -p no:cacheprovider --noconfte
   2>&1 | tee "$OUT/kernels.log" || true
 # The check before a kernel variant first runs, at the 1B's specialisations: its cost beside the compile.
 timeout "$(limit 60)" python3 bench/bench_check.py --json "$OUT/check-cost.json" 2>&1 | tee "$OUT/check-cost.log" || true
+# What a RePo layer keeps for backward beyond RoPE's, with this device's attention (its device-only part).
+timeout "$(limit 60)" python3 bench/bench_saved.py --json "$OUT/saved.json" 2>&1 | tee "$OUT/saved.log" || true
 # The 1B's models and a step's activations at 4 x 4096 outgrow an 80 GB H100 (2026-12-06): on a GPU of under
 # 100 GB the benchmarks run 2 x 4096.
 gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)

@@ -235,14 +235,19 @@ def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[T
 
 def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
     """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., d]
-    rotated by positions broadcastable to x.shape[:-1], fp32 angles."""
+    rotated by positions broadcastable to x.shape[:-1], fp32 angles; each result laid out in memory as its x is
+    (attention's output then follows q's layout, and the output projection reads it without a copy, as after a
+    RoPE layer)."""
     with _no_autocast(positions.device.type):
         dtype = _compute_dtype(xs[0], positions)
         cos, sin = _cos_sin(positions, inv_freq, dtype)
         outs = []
         for x in xs:
             x1, x2 = x.to(dtype).chunk(2, dim=-1)
-            outs.append(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype))
+            out = torch.empty_like(x)
+            out[..., : x1.shape[-1]] = x1 * cos - x2 * sin  # rounded into x's dtype by the copy
+            out[..., x1.shape[-1] :] = x2 * cos + x1 * sin
+            outs.append(out)
     return outs
 
 
@@ -314,6 +319,21 @@ class _CompileOrFallBack:
 
 _EAGER = (rotate_forward, _rotate_backward)
 COMPILED_ROTATION = (_CompileOrFallBack(rotate_forward), _CompileOrFallBack(_rotate_backward))
+
+
+class _SharedCast(torch.autograd.Function):
+    """`low` (x cast to a lower precision, made once) as one reader's cast of x: the same storage for every reader,
+    each with a gradient of its own that returns to x in x's dtype (what autocast's cast of x does)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, low: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.dtype = x.dtype
+        return low.view_as(low)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return grad.to(ctx.dtype), None
 
 
 class _Rotate(torch.autograd.Function):
@@ -444,14 +464,42 @@ class RepoLayer:
     def _f_phi(self, x: Tensor, where: str | None) -> Tensor:
         return f_phi(x, *self.f_phi_weights(), kernels=where)
 
+    @contextmanager
+    def shared_cast(self, x: Tensor, *readers: nn.Module) -> Iterator[Tensor]:
+        """What f_phi is to read of the layer input x [..., T, d_model] while the owner's `readers` (its projections
+        that read x too: OLMo's att_proj) run: under autocast with autograd, one cast of an fp32 x to autocast's
+        dtype, handed to f_phi and (by a forward pre-hook, while the block runs) to each reader called on x, so
+        that autograd keeps one low-precision copy of x for all of them instead of one more for f_phi's
+        activation checkpoint; each reader's gradient returns to x in fp32, as autocast's own cast's does. Else x
+        itself."""
+        device = x.device.type
+        if not (torch.is_grad_enabled() and torch.is_autocast_enabled(device) and x.dtype == torch.float32):
+            yield x
+            return
+        low = x.detach().to(torch.get_autocast_dtype(device))
+
+        def hand(_module: nn.Module, args: tuple) -> tuple | None:
+            return (_SharedCast.apply(x, low), *args[1:]) if args and args[0] is x else None
+
+        hooks = [reader.register_forward_pre_hook(hand) for reader in readers]
+        try:
+            yield _SharedCast.apply(x, low)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
     def predict_positions(self, x: Tensor) -> Tensor:
         """f_phi: the layer's input x [..., T, d_model] -> positions [..., H_kv, T], fp32 (float64 for a float64
         model), passed through `positions_out` (observed there)."""
-        mixed = x.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type)
+        device = x.device.type
+        mixed = x.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(device)
         if mixed and torch.is_grad_enabled():
             # Autograd would keep a low-precision copy of x and f_phi's fp32 activations, up to 2x the layer
-            # input's memory per RePo layer; recomputing them in backward costs f_phi's forward once more.
-            z = checkpoint(self._f_phi, x, self.repo_kernels, use_reentrant=False)
+            # input's memory per RePo layer; recomputing them in backward costs f_phi's forward once more. The
+            # checkpoint keeps its input: x at the compute precision (what f_phi's projections read, cast here
+            # rather than inside f_phi), half an fp32 x's bytes.
+            low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+            z = checkpoint(self._f_phi, x.to(low), self.repo_kernels, use_reentrant=False)
         else:
             z = self._f_phi(x, self.repo_kernels)
         return self.positions_out(z)

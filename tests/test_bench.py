@@ -76,3 +76,27 @@ def test_bad_arguments_stop_before_measuring(args):
         proc.stderr
     )
     assert "Traceback" not in proc.stderr and not proc.stdout
+
+
+@pytest.mark.slow  # 8 tiny models, the kernels under Triton's interpreter
+def test_saved_bytes_smoke(tmp_path):
+    """bench_saved.py (make bench) at tiny widths: RePo's layer keeps nothing of its own for f_phi under bf16
+    autocast (its activation checkpoint shares att_proj's bf16 x), and its extra is within the allowance, on the
+    kernels and on the torch code, multi-head and grouped."""
+    out = tmp_path / "saved.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_saved.py"),
+        "--width",
+        "tiny",
+        "--tokens",
+        "16",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    results = json.loads(out.read_text())["bytes_per_token"]
+    assert set(results) == {"kernels, MHA", "kernels, GQA 8/4", "torch, MHA", "torch, GQA 8/4"}
+    for r in results.values():
+        assert r["f_phi"] == 0 and 0 < r["extra"] == r["rest"] <= 3500, results
+    assert "allowance 3,500" in proc.stdout and proc.stdout.count(" within") == 4, proc.stdout

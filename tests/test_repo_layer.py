@@ -199,3 +199,44 @@ def test_a_final_map_of_another_size_is_refused_in_one_line_naming_the_key():
     with pytest.raises(ValueError, match="predicts 4 positions per token, but this model has 2"):
         gqa.load_f_phi(gqa.final_map.weight, mha.final_map.weight)
     gqa.load_state_dict(_spread(Layer(n_kv=2)).state_dict())  # the right size loads
+
+
+def _saved_and_grads(layer: Layer, reader: nn.Linear, x: torch.Tensor, share: bool):
+    """Under bf16 autocast: f_phi's positions and a reader of x (the owner's projection), the storages autograd
+    keeps (weights aside) and the gradients of x and every weight, with `shared_cast` or with autocast's casts."""
+    weights = [reader.weight, *layer.f_phi_weights()]
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if all(t.untyped_storage().data_ptr() != w.untyped_storage().data_ptr() for w in weights):
+            kept.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+    ):
+        if share:
+            with layer.shared_cast(x, reader) as x_in:
+                z, y = layer.predict_positions(x_in), reader(x)
+        else:
+            z, y = layer.predict_positions(x), reader(x)
+    gen = torch.Generator().manual_seed(1)
+    loss = (z * torch.randn(z.shape, generator=gen)).sum() + (
+        y.float() * torch.randn(y.shape, generator=gen)
+    ).sum()
+    return list(kept.values()), torch.autograd.grad(loss, [x, *weights])
+
+
+def test_shared_cast_keeps_one_bf16_x_for_f_phi_and_the_owners_projection_with_autocasts_gradients():
+    """Under autocast f_phi's activation checkpoint and the owner's projection of x keep one bf16 copy of x, not
+    one each; the gradients are autocast's own casts', bit for bit."""
+    layer, reader = _spread(Layer()), nn.Linear(D, 3 * D, bias=False)
+    x = torch.randn(2, 7, D, requires_grad=True)
+    (kept, want), (shared, got) = (_saved_and_grads(layer, reader, x, share) for share in (False, True))
+    copies = lambda ts: [t for t in ts if t.numel() == x.numel() and t.dtype == torch.bfloat16]  # noqa: E731
+    assert len(copies(kept)) == 2 and len(copies(shared)) == 1
+    assert torch.equal(copies(shared)[0].view(x.shape), x.detach().bfloat16())
+    assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    with layer.shared_cast(x, reader) as x_in:  # no autocast: x itself, nothing hooked
+        assert x_in is x and not reader._forward_pre_hooks

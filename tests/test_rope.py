@@ -6,7 +6,7 @@ import pytest
 import torch
 from olmo.model import BufferCache, RotaryEmbedding
 
-from olmo_repo.rope import inv_frequencies, rotate, rotate_qk, rotate_reference
+from olmo_repo.rope import inv_frequencies, rotate, rotate_forward, rotate_qk, rotate_reference
 
 from .conftest import tiny_config
 from .numerics import assert_within, rotation_magnitude, rotation_roundings
@@ -121,3 +121,15 @@ def test_angles_stay_fp32_for_bf16_inputs_under_autocast():
     off = rotate_reference(x.bfloat16().double(), z.double() + 16, inv_freq.double())
     with pytest.raises(AssertionError, match="exceeds the bound"):
         assert_within(off.bfloat16(), exact, roundings=2, magnitude=rotation_magnitude(x))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_rotated_q_and_k_keep_their_layout_in_memory(compiled):
+    """OLMo's and HF's q and k are [B, H, T, d] views of [B, T, H, d] projections; attention's output follows q's
+    layout, so a rotation that returned them contiguous made the output projection copy attention's output (kept
+    for backward: 4,096 bytes per token per layer at the 1B)."""
+    q = torch.randn(2, 5, 4, 16, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()  # [B, H, T, d]
+    z, inv_freq = torch.randn(2, 4, 5) * 10, inv_frequencies(16, 1e4)
+    (out,) = rotate_forward(z, inv_freq, [q])
+    assert out.stride() == q.stride() and torch.equal(out, rotate_forward(z, inv_freq, [q.contiguous()])[0])
+    assert all(o.stride() == q.stride() for o in rotate_qk(q, q, z, inv_freq, compiled=compiled))

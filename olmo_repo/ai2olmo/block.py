@@ -70,13 +70,16 @@ class RepoSequentialBlock(RepoLayer, OLMoSequentialBlock):
         max_doc_len: int | None = None,
         cu_doc_lens: Tensor | None = None,
     ) -> tuple[Tensor, KVCache | None]:
-        positions = None
-        if self.pe_mode == PositionMode.repo:
-            past = 0 if layer_past is None else layer_past[0].shape[-2]
-            index = torch.arange(past, past + x.shape[1], device=x.device)  # [T]: what stock RoPE rotates by
-            positions = self.rotation_positions(x, index)  # [B, H_kv, T] (or [H_kv, T]; None: no rotation)
-        bias = BiasAndPositions(attention_bias, positions)
-        return super().forward(x, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)  # type: ignore[arg-type]
+        if self.pe_mode != PositionMode.repo:
+            bias = BiasAndPositions(attention_bias, None)
+            return super().forward(x, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)  # type: ignore[arg-type]
+        past = 0 if layer_past is None else layer_past[0].shape[-2]
+        index = torch.arange(past, past + x.shape[1], device=x.device)  # [T]: what stock RoPE rotates by
+        # Under mixed precision f_phi and att_proj read one bf16 cast of x, which autograd then keeps once.
+        with self.shared_cast(x, self.att_proj) as x_in:
+            positions = self.rotation_positions(x_in, index)  # [B, H_kv, T] (or [H_kv, T]; None: no rotation)
+            bias = BiasAndPositions(attention_bias, positions)
+            return super().forward(x, bias, layer_past, use_cache, max_doc_len, cu_doc_lens)  # type: ignore[arg-type]
 
     def attention(  # type: ignore[override]
         self,

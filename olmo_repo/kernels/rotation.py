@@ -177,9 +177,10 @@ def _unit_stride(x: Tensor) -> Tensor:
 def _forward(
     positions: Tensor, inv_freq: Tensor, scale: float, tokens_first: bool, q: Tensor, k: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """`rotate_qk` without autograd: new contiguous tensors of q's and k's shapes and dtypes."""
+    """`rotate_qk` without autograd: new tensors of q's and k's shapes, dtypes and layouts in memory (attention's
+    output then follows q's layout, as after a RoPE layer: no copy for the output projection)."""
     q, k = _unit_stride(q), _unit_stride(k)
-    oq, ok = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k))
+    oq, ok = torch.empty_like(q), torch.empty_like(k)
     qv, kv, oqv, okv = (_bhtd(x, tokens_first) for x in (q, k, oq, ok))
     B, H, T, d = qv.shape
     z = _positions(positions, q.shape[:-3])  # [B, H_kv, T]
@@ -274,8 +275,8 @@ def rotate_qk(
 ) -> tuple[Tensor, Tensor]:
     """q [..., H, T, d] and k [..., H_kv, T, d] (tokens_first: [..., T, H, d] and [..., T, H_kv, d]) rotated by
     positions [..., H_kv, T] (leading dims broadcast to q's), each key/value head's position shared by its H / H_kv
-    query heads, and multiplied by `scale` (YaRN's attention factor); inv_freq [d/2] fp32. Returns new contiguous
-    tensors of q's and k's shapes and dtypes; differentiable in q, k and the positions where any needs it."""
+    query heads, and multiplied by `scale` (YaRN's attention factor); inv_freq [d/2] fp32. Returns new tensors of
+    q's and k's shapes, dtypes and layouts in memory; differentiable in q, k and the positions where any needs it."""
     inv_freq = inv_freq.float().contiguous()
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or positions.requires_grad):
         return _RotateQK.apply(positions, inv_freq, scale, tokens_first, q, k)
