@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from .errors import RepoError, command, install
 from .integrity import require_model_dir
+from .paths import is_url
 
 if TYPE_CHECKING:
     from olmo.model import OLMo
@@ -39,7 +40,7 @@ def as_hf_dir(path: str | PathLike, *, tokenizer: str | None = None) -> Iterator
     checkpoint's config names. Raises FileNotFoundError naming `path` when it is not a model directory, and
     `CorruptFileError` naming a damaged file, before anything loads."""
     require_model_dir(path)
-    if "://" not in str(path) and (Path(path) / "config.json").is_file():
+    if not is_url(path) and (Path(path) / "config.json").is_file():
         yield Path(path)
         return
     try:

@@ -17,6 +17,7 @@ from os import PathLike
 from pathlib import Path
 
 from .errors import CorruptFileError, command
+from .paths import is_url
 
 __all__ = [
     "OLMO_CORE_CHECKPOINT",
@@ -39,7 +40,7 @@ OLMO_CORE_CHECKPOINT = "model_and_optim"
 def olmo_core_checkpoint_problem(path: str | PathLike, convert: str) -> str | None:
     """What to do, if `path` is an OLMo-core checkpoint where this trainer's (or an HF directory) is needed:
     `convert` names the command that converts it."""
-    if "://" not in str(path) and (Path(path) / OLMO_CORE_CHECKPOINT).is_dir():
+    if not is_url(path) and (Path(path) / OLMO_CORE_CHECKPOINT).is_dir():
         return f"{path} is an OLMo-core checkpoint ({OLMO_CORE_CHECKPOINT}/): convert it first with {convert}"
     return None
 
@@ -91,7 +92,7 @@ def require_model_dir(path: str | PathLike, tokenizer: bool = False) -> None:
     `CorruptFileError` naming the first damaged file. URLs are left to the loader. With `tokenizer` (a command
     that loads the HF directory's tokenizer with transformers) its tokenizer.json needs its tokenizer_config.json:
     without it transformers loads a tokenizer that knows no special token, and generation fails far later."""
-    if "://" in str(path):
+    if is_url(path):
         return
     directory = Path(path)
     if not directory.exists():

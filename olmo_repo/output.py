@@ -27,6 +27,7 @@ from os import PathLike
 from pathlib import Path
 
 from .errors import RepoError
+from .paths import is_url
 
 __all__ = [
     "OUTPUT_FOLDERS",
@@ -249,5 +250,5 @@ def _apply_umask(root: Path) -> None:
 
 def check_distinct(input: str | PathLike, output: str | PathLike) -> None:
     """ValueError if `output` is the (local) `input` itself."""
-    if "://" not in str(input) and Path(input).resolve() == Path(output).resolve():
+    if not is_url(input) and Path(input).resolve() == Path(output).resolve():
         raise ValueError(f"--output {output} is the input directory")

@@ -27,7 +27,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -38,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RepoError
+from .paths import is_url
 
 __all__ = ["LAUNCHER_PID", "LOCK_FILE", "check_free", "die_with_launcher", "held"]
 
@@ -49,10 +49,6 @@ LAUNCHER_PID = "OLMO_REPO_LAUNCHER_PID"
 
 _POLL_S = 1.0
 _watching = threading.Event()
-
-
-def _is_url(folder: str) -> bool:
-    return re.match(r"[a-z][a-z0-9+.-]*://", folder) is not None
 
 
 def _in_worker() -> bool:
@@ -131,7 +127,7 @@ def check_free(folder: str, key: str) -> None:
     before touching the folder). In a torchrun worker, whose peers hold the folder's other bytes, only this
     rank's byte is checked. A folder without a lock file was never held; nothing is created."""
     path = Path(folder, LOCK_FILE)
-    if _is_url(folder) or not path.is_file():
+    if is_url(folder) or not path.is_file():
         return
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -152,7 +148,7 @@ def held(folder: str, key: str, rank: int) -> Iterator[None]:
     """Hold `folder` for this training process of global rank `rank` while the block runs (the folder is
     created if missing); `RepoError` naming the live run when another run holds it. A remote folder (a URL) or a
     file system without locks is said so in one line (rank 0) and not held."""
-    if _is_url(folder):
+    if is_url(folder):
         if rank == 0:
             _cannot_lock(key, folder, "is remote")
         yield

@@ -31,6 +31,7 @@ from .. import modes
 from ..data import folder as datafolder
 from ..errors import not_a_key
 from ..modes import FPhiTraining, PositionKeys, PositionMode, layer_modes, repo_layer_ids
+from ..paths import is_url
 
 __all__ = [
     "PositionMode",
@@ -225,7 +226,7 @@ def _one_line_error(error: OLMoConfigurationError) -> OLMoConfigurationError:
 
 def fetch_file(path: str) -> Path | None:
     """`datafolder.Fetch` through ai2-olmo's I/O: a local file, or a URL's copy in its download cache."""
-    if "://" not in path:
+    if not is_url(path):
         return datafolder.local_file(path)
     folder, _, name = path.rpartition("/")
     try:

@@ -50,6 +50,7 @@ from ..hf.files import (
 from ..hf.formats import read_hf_config
 from ..integrity import require_intact
 from ..output import check_distinct, check_replaceable, staged_dir
+from ..paths import is_url
 from ..upstream.olmo import make_state_dict_compatible
 from .checkpoint import trained_steps
 from .config import RepoModelConfig, RepoTrainConfig
@@ -102,7 +103,7 @@ def convert_to_hf(
     check_distinct(input, output)
     check_replaceable(output, force)  # before any heavy work
     torch_dtype = DTYPES[dtype] if dtype else None
-    if "://" not in str(input) and (Path(input) / "config.json").is_file():
+    if not is_url(input) and (Path(input) / "config.json").is_file():
         return _reference_to_hf(Path(input), Path(output), force, torch_dtype, tokenizer)
 
     train_config = om.load(resource_path(input, "config.yaml"))
@@ -139,7 +140,7 @@ def recorded_stock(checkpoint: PathOrStr | None) -> dict[str, Any] | None:
     (its config.yaml's `hf_config`), as a run carries it; None where it records none."""
     if checkpoint is None:
         return None
-    if "://" in str(checkpoint):
+    if is_url(checkpoint):
         try:
             file = resource_path(str(checkpoint), "config.yaml")
         except FileNotFoundError:

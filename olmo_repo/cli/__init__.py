@@ -35,6 +35,7 @@ from pathlib import Path
 from ..errors import RepoError, extras_missing, missing_extra
 from ..integrity import require_model_dir
 from ..output import check_distinct, check_replaceable
+from ..paths import is_url
 from ..terminal import keep_working_without_terminal
 from ..upstream.olmo_core import quiet_optional_backends
 from ..upstream.python import exit_without_teardown
@@ -70,7 +71,7 @@ def positive_int(text: str) -> int:
 def check_input(input: str, output: str, force: bool) -> None:
     """A converter's `--input` exists and its `--output` may be written (`olmo_repo.output`): what a command
     checks before importing a framework, so that a typo answers at once. Raises as `run` expects."""
-    if "://" not in input and not Path(input).exists():
+    if not is_url(input) and not Path(input).exists():
         raise FileNotFoundError(f"--input {input} does not exist")
     check_distinct(input, output)
     check_replaceable(output, force)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..paths import is_url
 from . import command, require_extras, run
 
 __all__ = ["main"]
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def unshard() -> None:
         # before the imports, which take seconds
-        if "://" not in args.input and not Path(args.input).is_dir():
+        if not is_url(args.input) and not Path(args.input).is_dir():
             raise FileNotFoundError(f"--input {args.input}: no sharded checkpoint folder there")
         require_extras("ai2-olmo")
         from ..ai2olmo.unshard import unshard_checkpoint

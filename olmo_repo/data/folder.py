@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RepoError
+from ..paths import is_url
 
 __all__ = [
     "DATA_FORMAT",
@@ -83,7 +84,7 @@ is never looked up as one (OLMo's data site holds files only)."""
 
 
 def _may_hold(folder: str) -> bool:
-    return "://" not in folder or folder.startswith(STORES)
+    return not is_url(folder) or folder.startswith(STORES)
 
 
 def local_file(path: str) -> Path | None:
@@ -166,7 +167,7 @@ def data_folders(paths: Iterable[str], fetch: Fetch = local_file) -> list[str]:
     folder looked up once, however many of its shards are listed). A URL's folder is looked up only for a file
     named as a shard (`SHARD`): the thousands of remote files of OLMo's own mixes cost no request."""
     folders = dict.fromkeys(
-        folder_of(str(p)) for p in paths if "://" not in str(p) or SHARD.fullmatch(str(p).rpartition("/")[2])
+        folder_of(str(p)) for p in paths if not is_url(p) or SHARD.fullmatch(str(p).rpartition("/")[2])
     )
     return [folder for folder in folders if is_data_folder(folder, fetch)]
 

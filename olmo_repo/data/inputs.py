@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 from ..errors import RepoError
+from ..paths import is_url
 
 __all__ = [
     "JSONL_SUFFIXES",
@@ -62,7 +63,7 @@ def resolve_inputs(inputs: list[str], flag: str = "input") -> Inputs:
     jsonl, parquet, size = set(), set(), 0
     for given in inputs:
         fs, path = url_to_fs(given)
-        unstrip = fs.unstrip_protocol if "://" in given else (lambda p: p)
+        unstrip = fs.unstrip_protocol if is_url(given) else (lambda p: p)
         if any(c in path for c in "*?["):
             found = {p: fs.info(p) for p in fs.glob(path)}
             if not found:
@@ -234,7 +235,7 @@ def _text_problem(record: object) -> str | None:
 
 def common_root(files: tuple[str, ...]) -> str:
     """The folder (or URL prefix) every file lies under: datatrove's readers take paths relative to one."""
-    scheme = files[0].split("://", 1)[0] + "://" if "://" in files[0] else ""
-    if any(("://" in f) != bool(scheme) or not f.startswith(scheme) for f in files):
+    scheme = files[0].split("://", 1)[0] + "://" if is_url(files[0]) else ""
+    if any(is_url(f) != bool(scheme) or not f.startswith(scheme) for f in files):
         raise RepoError("the inputs of one source are all local files or all under one URL scheme (s3://)")
     return scheme + os.path.commonpath([os.path.dirname(f[len(scheme) :]) for f in files])

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ..paths import is_url
 from . import GROUPS
 from .errors import FetchError
 from .remote import SCHEMES, NotFound, RemoteFile, list_s3, stat
@@ -64,7 +65,7 @@ def load_config(path: str | Path, overrides: list[str]) -> Any:
 
 
 def _is_remote(path: Any) -> bool:
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+    return isinstance(path, str) and is_url(path) and not path.startswith("file://")
 
 
 def _data_fields(data: Any) -> list[tuple[str, list[str]]]:

@@ -28,13 +28,14 @@ from olmo_core.distributed.checkpoint import (
     load_model_and_optim_state,
     save_model_and_optim_state,
 )
-from olmo_core.io import file_exists, is_url, resource_path
+from olmo_core.io import file_exists, resource_path
 from olmo_core.nn.transformer import Transformer, TransformerConfig
 from torch.distributed.checkpoint.metadata import Metadata
 
 from ..data import folder as datafolder
 from ..errors import CorruptFileError, RepoError, command
 from ..integrity import file_problem, latest_intact
+from ..paths import is_url
 from ..upstream.olmo_core import truncated_files
 from . import attention  # noqa: F401  (registers RepoAttentionConfig before any config is decoded)
 
@@ -62,7 +63,7 @@ def is_checkpoint(path: str | Path) -> bool:
 def not_a_checkpoint(path: str | Path, key: str = "") -> str:
     """The one-line error for `path` (given as `key`, e.g. "load_path=") where an OLMo-core checkpoint is
     needed, saying what it is instead and what to pass."""
-    if "://" in str(path):  # nothing to look at
+    if is_url(path):  # nothing to look at
         return f"{key}{path}: not an OLMo-core checkpoint, no {MODEL_AND_OPTIM}/.metadata"
     path = Path(path)
     steps = sorted(
@@ -104,7 +105,7 @@ def _read_whole(directory: str | Path) -> tuple[Any, str | None]:
         metadata = get_checkpoint_metadata(directory)
     except (EOFError, pickle.UnpicklingError, AttributeError, ValueError) as e:
         return None, f"{directory}/.metadata cannot be read ({e})"
-    if "://" not in str(directory):
+    if not is_url(directory):
         for file, size, need in truncated_files(Path(directory), metadata):
             return metadata, f"{file} is {'missing' if size < 0 else f'{size:,} bytes of {need:,}'}"
     return metadata, None

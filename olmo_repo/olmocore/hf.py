@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from olmo_core.config import DType
-from olmo_core.io import is_url
 from tokenizers import Tokenizer
 from transformers import (
     PreTrainedTokenizerFast,
@@ -46,6 +45,7 @@ from ..hf.files import (
 )
 from ..hf.formats import ALL_MODEL_TYPES
 from ..output import check_distinct, check_replaceable, staged_dir
+from ..paths import is_url
 from . import checkpoint
 from .attention import index_blend_at
 from .convert import core_config_from_hf, hf_config_from_core, state_from_hf, state_to_hf

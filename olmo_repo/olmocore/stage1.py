@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 
 from ..errors import RepoError
 from ..fit import fit_stage1
+from ..paths import is_url
 from .checkpoint import MODEL_AND_OPTIM, not_a_checkpoint, read_metadata
 
 __all__ = ["check_stage1", "load_stage1"]
@@ -42,7 +43,7 @@ __all__ = ["check_stage1", "load_stage1"]
 
 def _checkpoint_dir(path: str) -> str:
     """`path/model_and_optim` (a run's step or a model-only checkpoint), or `path` if it is that directory."""
-    if "://" not in path and (Path(path) / ".metadata").is_file():
+    if not is_url(path) and (Path(path) / ".metadata").is_file():
         return path
     return str(join_path(path, MODEL_AND_OPTIM))
 
@@ -103,7 +104,7 @@ def load_stage1(trainer: Trainer, path: str, *, load_optim_state: bool = True) -
         directory,
         state,
         process_group=trainer.checkpointer.process_group,
-        pre_download="://" in path,
+        pre_download=is_url(path),
         work_dir=trainer.work_dir,
     )
     # Everything not loaded (f_phi's init and fresh optimizer state, the param groups) as the run built it.

@@ -50,7 +50,6 @@ from olmo_core.data import NumpyDatasetConfig, NumpyDatasetDType, NumpyFSLDatase
 from olmo_core.data.source_mixture import SourceMixtureConfig, SourceMixtureDatasetConfig, SourceMixtureList
 from olmo_core.distributed.utils import get_rank
 from olmo_core.exceptions import OLMoConfigurationError
-from olmo_core.io import is_url
 from olmo_core.optim import OptimGroupOverride
 from olmo_core.script_utils import ExperimentConfig
 from olmo_core.train import LoadStrategy, Trainer, prepare_training_environment, teardown_training_environment
@@ -62,6 +61,7 @@ from ..errors import RepoError, not_a_key, not_a_length
 from ..metrics import append_metrics, trim_metrics
 from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param
 from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
+from ..paths import is_url
 from ..rope import position_stats, set_index_blend
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
