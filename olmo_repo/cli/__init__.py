@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..errors import RepoError, extras_missing, missing_extra
 from ..integrity import require_model_dir
+from ..modes import PositionSource
 from ..output import check_distinct, check_replaceable
 from ..paths import is_url
 from ..terminal import keep_working_without_terminal
@@ -43,6 +44,7 @@ from ..upstream.python import exit_without_teardown
 quiet_optional_backends()  # OLMo-core's commands: their output and their one-line errors without its TE warning
 
 __all__ = [
+    "add_positions_argument",
     "check_input",
     "command",
     "fail",
@@ -66,6 +68,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def add_positions_argument(parser: argparse.ArgumentParser) -> None:
+    """`--positions` of the commands that score or show a model's positions (eval.py, explore.py,
+    plot_positions.py): what its RePo layers rotate by (`modes.PositionSource`, set as the model's `pe_positions`)."""
+    parser.add_argument(
+        "--positions",
+        choices=list(PositionSource.__members__),
+        default=PositionSource.learned.value,
+        help="what the RePo layers rotate q and k by, and so what is scored or shown: 'learned' (f_phi's positions, "
+        "the model as trained; default), 'index' (the token index: each RePo layer as the RoPE layer it replaced) "
+        "or 'constant' (one position for every token: as NoPE). index and constant are an ablation of what the "
+        "learned positions contribute; they set the model's pe_positions at load and are refused for a model "
+        "without RePo layers",
+    )
 
 
 def check_input(input: str, output: str, force: bool) -> None:

@@ -29,8 +29,7 @@ from ..eval.variants import (
     parse_tasks,
     parse_yarn,
 )
-from ..modes import PositionSource
-from . import command, run
+from . import add_positions_argument, command, run
 
 # The parser and the checks of the arguments and the model's files use only these light modules: `--help`,
 # a bad flag and a missing model answer before torch, transformers and lm-eval load (seconds).
@@ -91,16 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf",
                    help="hf: transformers (default); vllm: lm-eval's vLLM backend with olmo_repo's vLLM plugin "
                    "(same tasks, prompts, scorer and YaRN; needs the vllm extra)")  # fmt: skip
-    p.add_argument(
-        "--positions",
-        choices=list(PositionSource.__members__),
-        default=PositionSource.learned.value,
-        help="what the RePo layers rotate q and k by: 'learned' (f_phi's positions, the model as trained; "
-        "default), 'index' (the token index: each RePo layer scores as the RoPE layer it replaced) or "
-        "'constant' (one position for every token: as NoPE). index and constant are an ablation of what the "
-        "learned positions contribute; they set the model's pe_positions at load (both backends) and are "
-        "refused for a model without RePo layers",
-    )
+    add_positions_argument(p)
     p.add_argument("--out", required=True, help="output directory (results.json, results.md, samples.jsonl)")
     p.add_argument(
         "--overwrite", action="store_true", help="replace this tool's outputs in a non-empty --out"

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..checkpoint import as_hf_dir
-from ..modes import PositionSource
-from . import command, run, user_errors
+from . import add_positions_argument, command, run, user_errors
 
 __all__ = ["main"]
 
@@ -46,14 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", default=None, help="torch device for the models (default: cuda if available, else cpu)"
     )
-    parser.add_argument(
-        "--positions",
-        choices=list(PositionSource.__members__),
-        default=PositionSource.learned.value,
-        help="'learned' (f_phi's positions; default), or what the RePo layers rotate by when an evaluation "
-        "replaces them (scripts/eval.py --positions): 'index' (the token index, as RoPE) or 'constant' (one "
-        "position for every token, as NoPE), shown instead; refused for a model without RePo layers",
-    )
+    add_positions_argument(parser)
     parser.add_argument(
         "--export",
         nargs=2,

@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..integrity import require_model_dir
-from ..modes import PositionSource
 from ..output import PNG_SIGNATURE, check_replaceable_file
-from . import command, run
+from . import add_positions_argument, command, run
 
 __all__ = ["main"]
 
@@ -43,14 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-tokens", type=int, default=256, help="plot the first N tokens of the text (default: 256)"
     )
-    parser.add_argument(
-        "--positions",
-        choices=list(PositionSource.__members__),
-        default=PositionSource.learned.value,
-        help="'learned' (f_phi's positions; default), or the replacement scored in their place at evaluation "
-        "(scripts/eval.py --positions): 'index' (the token index, as RoPE) or 'constant' (one position for every "
-        "token, as NoPE), which is then what is plotted",
-    )
+    add_positions_argument(parser)
     parser.add_argument(
         "--out", type=Path, required=True, help="PNG file to write (must not exist unless --force)"
     )
