@@ -27,6 +27,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from olmo_repo.kernels import f_phi_ready, rotation_ready, select
 
+TARGET_S = 0.05
+"""Issue 59's target for the check's own cost per specialisation, beside the compile."""
 HEADS, HEAD_DIM, HIDDEN = 16, 128, 256  # the 1B: 16 query heads of 128, f_phi's hidden width d_model / 8
 
 
@@ -90,6 +92,9 @@ def main() -> None:
     parser.add_argument(
         "--json", type=json_file, default=None, help="also write the figures to this JSON file"
     )
+    parser.add_argument(
+        "--only", default="", help="only the specialisations whose names hold this (e.g. decode)"
+    )
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     where = torch.cuda.get_device_name() if device == "cuda" else "cpu, Triton's interpreter"
@@ -97,6 +102,8 @@ def main() -> None:
     print(f"  {'specialisation':<26}{'first (compiles)':>18}{'check':>12}{'torch ops':>12}{'per call':>12}")
     results = {}
     for name, ready in specialisations(device).items():
+        if args.only not in name:
+            continue
         r = results[name] = measure(ready, args.reps, device)
         print(
             f"  {name:<26}{r['first_s'] * 1e3:>15.1f} ms{r['check_s'] * 1e3:>9.1f} ms"
@@ -104,7 +111,8 @@ def main() -> None:
         )
     worst = max(r["check_s"] for r in results.values())
     print(
-        f"the check's cost beside the compile: at most {worst * 1e3:.1f} ms per specialisation (target: under 50 ms)"
+        f"the check's cost beside the compile: at most {worst * 1e3:.1f} ms per specialisation "
+        f"(target: under {TARGET_S * 1e3:.0f} ms)"
     )
     if args.json:
         with open(args.json, "w") as f:

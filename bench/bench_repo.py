@@ -409,10 +409,14 @@ def accounted(components: dict[str, list[float]], size: Size, rope_step: float) 
 
 
 def target_report(result: dict, profile: Profile | None) -> str:
-    """`measure.targets` for RePo against RoPE, with what holds each one missed: the pieces' shares of the step
-    (and the profile's largest RePo-only op), the saved activations and f_phi's weights, f_phi and the rotation
-    per decoded token."""
-    r, size = result["ratios_vs_rope"]["repo"], SIZES[result["size"]]
+    """`measure.targets` for RePo against RoPE, with what holds each one missed (`held_by`)."""
+    return targets(result["ratios_vs_rope"]["repo"], result["shares"], held_by(result, profile))
+
+
+def held_by(result: dict, profile: Profile | None) -> dict[str, str]:
+    """What holds each target, should it be missed: the pieces' shares of the step (and the profile's largest
+    RePo-only op), the saved activations and f_phi's weights, f_phi and the rotation per decoded token."""
+    size = SIZES[result["size"]]
     piece = {n: statistics.median(v) for n, v in result["component_s"].items()}
     rope_step = statistics.median(result["step_s"]["rope"])
     layers = size.n_layers - size.pe_start_layer
@@ -430,7 +434,7 @@ def target_report(result: dict, profile: Profile | None) -> str:
     decode_rope = statistics.median(result["decode_s_per_token"]["rope"])
     decode = (f"f_phi and the rotation at one token: {piece['decode'] * 1e6:.0f} us x {layers} RePo layers = "
               f"{layers * piece['decode'] / decode_rope:.2%} of RoPE's {decode_rope * 1e3:.2f} ms per token")  # fmt: skip
-    return targets(r, result["shares"], {"step": step, "memory": memory, "decode": decode})
+    return {"step": step, "memory": memory, "decode": decode}
 
 
 def profile(size_name: str, device: str, seed: int = 0) -> Profile:
@@ -548,6 +552,7 @@ def main() -> None:
         if profiled:
             print(profiled.text)
         results.append(run(size, args.reps, args.device))
+        results[-1]["held_by"] = held_by(results[-1], profiled)
         print(report(results[-1]))
         print(target_report(results[-1], profiled))
     if args.json:

@@ -27,6 +27,7 @@ __all__ = [
     "peak_step_memory",
     "profile_difference",
     "sync",
+    "target_rows",
     "targets",
     "timed",
 ]
@@ -179,20 +180,30 @@ def f_phi_shares(repo: torch.nn.Module, rope: torch.nn.Module) -> dict[str, floa
     }
 
 
-def targets(ratios: Mapping[str, float], shares: Mapping[str, float], held_by: Mapping[str, str]) -> str:
+def target_rows(ratios: Mapping[str, float], shares: Mapping[str, float]) -> list[dict]:
     """Issue 49's targets beside the measured RePo/RoPE `ratios` (step: timed rounds; memory: peak; decode: per
-    token), each met or missed; where one is missed, `held_by[what]` says which op holds it (the benchmark's
-    breakdown). The targets are the 1B's on one H200: other sizes and machines show where they stand."""
+    token): one {what, ratio, target, met, note} each."""
     limits = {
         "step": (STEP_TARGET, f"f_phi's FLOPs floor {shares['flops_floor']:.4f}"),
         "memory": (shares["memory_target"], f"1 + f_phi's share of the weights + {MEMORY_SLACK}"),
         "decode": (DECODE_TARGET, ""),
     }
+    return [
+        {"what": what, "ratio": ratios[what], "target": limit, "met": ratios[what] <= limit, "note": note}
+        for what, (limit, note) in limits.items()
+    ]
+
+
+def targets(ratios: Mapping[str, float], shares: Mapping[str, float], held_by: Mapping[str, str]) -> str:
+    """`target_rows` as text, each met or missed; where one is missed, `held_by[what]` says which op holds it
+    (the benchmark's breakdown). The targets are the 1B's on one H200: other sizes and machines show where they
+    stand."""
     lines = ["targets (issue 49, the 1B on one H200): RePo/RoPE"]
-    for what, (limit, note) in limits.items():
-        met = ratios[what] <= limit
+    for row in target_rows(ratios, shares):
+        what, met = row["what"], row["met"]
         lines.append(
-            f"  {what:<7}{ratios[what]:8.4f}  target <= {limit:.4f}  {'met' if met else 'MISSED':<7}{note}"
+            f"  {what:<7}{row['ratio']:8.4f}  target <= {row['target']:.4f}  {'met' if met else 'MISSED':<7}"
+            f"{row['note']}"
         )
         if not met and held_by.get(what):
             lines.append(f"    held by: {held_by[what]}")
