@@ -162,7 +162,7 @@ def _import_kernels() -> ModuleType | None:
 
 # torch.mm(..., out_dtype) (the `aten::mm.dtype` overload) is recent; converted checkpoints may meet an older torch
 # (then: fp32 copies).
-_MM_HAS_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
+_MM_HAS_OUT_DTYPE = "dtype" in getattr(torch.ops.aten.mm, "overloads", list)()
 
 
 def _no_autocast(device: str) -> contextlib.AbstractContextManager:
@@ -405,9 +405,9 @@ class RepoLayer:
     position_source: PositionSource = PositionSource.learned
     """What q and k are rotated by (`modes.PositionSource`): f_phi's positions, or, as an ablation at
     evaluation, the token index or one constant position."""
+    """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
     repo_kernels: str | None = None
     """Where this layer runs RePo's kernels (`KERNELS`, `set_kernels`); None: as `OLMO_REPO_KERNELS` says."""
-    """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
 
     def init_repo(
         self,
