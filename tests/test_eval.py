@@ -26,7 +26,7 @@ from olmo_repo.eval import niah, suite
 from olmo_repo.eval.intervals import wilson_interval
 from olmo_repo.eval.lm_eval_tasks.hybridqa import doc_to_text
 from olmo_repo.eval.loading import load_model
-from olmo_repo.eval.run import results_table
+from olmo_repo.eval.request import results_table
 
 from .conftest import EOS, PAD, VOCAB, make_checkpoint
 

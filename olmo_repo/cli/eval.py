@@ -1,5 +1,5 @@
 """`scripts/eval.py`: evaluate MODEL (an HF directory or an OLMo checkpoint of this project) on RULER NIAH at
-several lengths, or on the paper's suite, with YaRN past the training length (`olmo_repo.eval.run` does it).
+several lengths, or on the paper's suite, with YaRN past the training length (`olmo_repo.eval.request` does it).
 
 Every input is checked before any heavy work (the arguments and the model's files before torch, transformers
 or lm-eval load; then that every task can build its prompts at each length with the model's tokenizer); a bad
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..checkpoint import as_hf_dir
 from ..dtypes import DTYPE_NAMES
-from ..eval.run import EvalRequest, evaluate_request, results_table, write_results
+from ..eval.request import EvalRequest, evaluate_request, results_table, write_results
 from ..eval.variants import (
     ESSAYS,
     NIAH_LENGTHS,

@@ -1,4 +1,4 @@
-"""`scripts/explore.py`: the position explorer (`olmo_repo.explore.run`), served or exported."""
+"""`scripts/explore.py`: the position explorer (`olmo_repo.explore.serve`), served or exported."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def explore() -> None:
-        from ..explore.run import export_page, serve_explorer
+        from ..explore.serve import export_page, serve_explorer
 
         if args.export:
             prompt, out = map(Path, args.export)

@@ -1,5 +1,5 @@
 """`scripts/fetch.py CONFIG --to DIR|s3://BUCKET/PREFIX`: copy what a config reads remotely, and write the config
-pointed at the copies (`olmo_repo.fetch.run.fetch_config`)."""
+pointed at the copies (`olmo_repo.fetch.copies.fetch_config`)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = _parse(argv)
 
     def fetch() -> int:
-        from ..fetch.run import fetch_config
+        from ..fetch.copies import fetch_config
 
         outcome = fetch_config(
             args.config,

@@ -3,7 +3,7 @@
 
 - `variants`: the NIAH variants and constants (RULER's seed and sample count), and the parsing of the
   evaluation's flags, light enough for the commands' argument parsing.
-- `run`: `scripts/eval.py`'s work: check a request, evaluate it length by length, write its results.
+- `request`: `scripts/eval.py`'s work: check a request, evaluate it length by length, write its results.
 - `niah`: RULER needle-in-a-haystack, offline (`essays`: the offline haystack).
 - `ruler`: RULER's synthetic tasks, bounded by the sample count and checked against their shortest length.
 - `suite`: the paper's evaluation suite as lm-eval task groups (`lm_eval_tasks/`).

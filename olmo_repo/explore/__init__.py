@@ -4,7 +4,7 @@ RePo layer and head, for one or two models side by side, with the analysis of `o
     model.py   ExplorerModel: a model (an HF directory, or what `open_model` makes one of) loaded once; positions,
                tokens, analysis
     app.py     the FastAPI app (page, local plotly.js, /api/...), serving on 127.0.0.1, the static HTML export
-    run.py     what scripts/explore.py does: serve_explorer, export_page (input checks before any load)
+    serve.py   what scripts/explore.py does: serve_explorer, export_page (input checks before any load)
     page/      index.html (Jinja2 template) and explorer.js (the plot, selectors and tables)
 
 Needs the `explore` extra (FastAPI, uvicorn, plotly), which `make install` installs.

@@ -2,7 +2,7 @@
 
 Modules: `plan` (the remote files of a config, and the config rewritten to the copies), `remote` (size,
 ETag and byte streams of http(s) and s3 files), `transfer` (targets, resumable verified downloads in
-parallel), `run` (`fetch_config`: plan, checks, fetch, summary, config; what `olmo_repo.cli.fetch` calls). Data made
+parallel), `copies` (`fetch_config`: plan, checks, fetch, summary, config; what `olmo_repo.cli.fetch` calls). Data made
 from corpora is `olmo_repo.data`'s. Nothing here imports torch or ai2-olmo at import time.
 """
 
