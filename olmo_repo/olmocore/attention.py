@@ -260,47 +260,32 @@ def _scaled_frequencies(
     return _FREQUENCIES[key]
 
 
-def attention_config(
-    attention: AttentionConfig,
-    pe_mode: str,
-    pe_start_layer: int = 0,
-    pe_layer_ids: list[int] | None = None,
-    *,
-    pe_blend_init: float = 0.0,
-    pe_blend_steps: int = 0,
-) -> RepoAttentionConfig:
-    """`attention` (an `AttentionConfig`, e.g. a preset's `block.sequence_mixer`) with a position mode and the
-    index blend's schedule (`modes.PositionKeys`)."""
+def attention_config(attention: AttentionConfig, keys: PositionKeys) -> RepoAttentionConfig:
+    """`attention` (an `AttentionConfig`, e.g. a preset's `block.sequence_mixer`) with the position keys `keys` (a
+    position mode per layer and the index blend's schedule)."""
     fields = {f.name: getattr(attention, f.name) for f in dataclasses.fields(AttentionConfig)}
-    keys = dict(pe_mode=pe_mode, pe_start_layer=pe_start_layer, pe_layer_ids=pe_layer_ids)
-    return RepoAttentionConfig(**fields, **keys, pe_blend_init=pe_blend_init, pe_blend_steps=pe_blend_steps)
+    return RepoAttentionConfig(**fields, **dataclasses.asdict(keys))
 
 
-def with_position_modes(
-    config: TransformerConfig,
-    pe_mode: str,
-    pe_start_layer: int = 0,
-    pe_layer_ids: list[int] | None = None,
-    *,
-    pe_blend_init: float = 0.0,
-    pe_blend_steps: int = 0,
-) -> TransformerConfig:
+def with_position_modes(config: TransformerConfig, pe_mode: str, **keys: Any) -> TransformerConfig:
     """A copy of an OLMo-core `TransformerConfig` (a preset) whose attention, in its block and in every block
-    override, takes `pe_mode` in the selected layers (and the index blend's schedule). Raises
-    `OLMoConfigurationError` naming the key."""
+    override, takes `pe_mode` in the selected layers, with the other position keys `keys` (`modes.PositionKeys`'s
+    fields: `pe_start_layer`, `pe_layer_ids`, `pe_blend_init`, `pe_blend_steps`). Raises `OLMoConfigurationError`
+    naming the key."""
+    try:
+        position_keys = PositionKeys(pe_mode=pe_mode, **keys)
+    except TypeError as e:  # a key PositionKeys does not declare
+        raise OLMoConfigurationError(f"with_position_modes: {e}") from None
     config = config.copy()
     blocks = config.block.values() if isinstance(config.block, dict) else [config.block]
     blocks = [*blocks, *(config.block_overrides or {}).values()]
-    blend = dict(pe_blend_init=pe_blend_init, pe_blend_steps=pe_blend_steps)
     for block in blocks:
         if not isinstance(block.sequence_mixer, AttentionConfig):
             raise OLMoConfigurationError(
                 f"model.block.sequence_mixer is a {type(block.sequence_mixer).__name__}: position modes need "
                 "attention"
             )
-        block.sequence_mixer = attention_config(
-            block.sequence_mixer, pe_mode, pe_start_layer, pe_layer_ids, **blend
-        )
+        block.sequence_mixer = attention_config(block.sequence_mixer, position_keys)
         block.sequence_mixer.check(config.n_layers)
     return config
 

@@ -111,15 +111,15 @@ def test_config_round_trips_and_is_registered():
 def test_presets_get_position_modes():
     """OLMo-core's presets: OLMo 2 1B with RePo from layer 5 (the paper's), OLMo 3 7B with its sliding windows
     kept layer by layer."""
-    one_b = with_position_modes(TransformerConfig.olmo2_1B_v2(vocab_size=100352), "repo", 5)
+    one_b = with_position_modes(TransformerConfig.olmo2_1B_v2(vocab_size=100352), "repo", pe_start_layer=5)
     model = one_b.build(init_device="meta")
     assert [i for i, b in model.blocks.items() if isinstance(b.attention, RepoAttention)] == [
         str(i) for i in range(5, 16)
     ]
     stock7 = TransformerConfig.olmo3_7B(vocab_size=100352).build(init_device="meta")
-    repo7 = with_position_modes(TransformerConfig.olmo3_7B(vocab_size=100352), "repo", 10).build(
-        init_device="meta"
-    )
+    repo7 = with_position_modes(
+        TransformerConfig.olmo3_7B(vocab_size=100352), "repo", pe_start_layer=10
+    ).build(init_device="meta")
     assert [b.attention.window_size for b in repo7.blocks.values()] == [
         b.attention.window_size for b in stock7.blocks.values()
     ]
@@ -130,7 +130,7 @@ def test_olmo3_32b_gets_one_position_per_kv_head():
     config32 = TransformerConfig.olmo3_32B(vocab_size=100352)
     att = config32.block.sequence_mixer
     assert (att.n_heads, att.n_kv_heads) == (40, 8)
-    repo32 = with_position_modes(config32, "repo", 22).build(init_device="meta")
+    repo32 = with_position_modes(config32, "repo", pe_start_layer=22).build(init_device="meta")
     assert repo32.blocks["22"].attention.final_map.weight.shape == (8, 5120 // 8)
 
 
@@ -275,6 +275,8 @@ def test_configs_that_cannot_work_fail_naming_the_key():
             TransformerConfig.llama_like(vocab_size=100, d_model=64, n_layers=2, n_heads=4, fused_ops=True),
             "repo",
         )
+    with pytest.raises(OLMoConfigurationError, match=r"unexpected keyword argument 'pe_start_layr'"):
+        with_position_modes(olmo2_tiny("rope"), "repo", pe_start_layr=1)  # the keys are PositionKeys' fields
 
 
 # ------------------------------------------------------------------------------------------- the index blend
@@ -285,7 +287,10 @@ def _blend_models(spread: float = 300.0) -> tuple[torch.nn.Module, torch.nn.Modu
     its init widened so that its positions are far from the index: a trained, non-zero f_phi)."""
     rope = _model(olmo2_tiny("rope"))
     repo = _model(
-        with_position_modes(olmo2_tiny("rope"), "repo", 1, pe_blend_init=1.0, pe_blend_steps=4), spread=spread
+        with_position_modes(
+            olmo2_tiny("rope"), "repo", pe_start_layer=1, pe_blend_init=1.0, pe_blend_steps=4
+        ),
+        spread=spread,
     )
     assert set(repo.load_state_dict(rope.state_dict(), strict=False).missing_keys) == {
         f"blocks.{i}.attention.{n}.weight" for i in (1, 2, 3) for n in F_PHI_WEIGHTS
@@ -328,7 +333,7 @@ def test_blend_keys_are_the_rule_sets_and_override_like_any_key():
 def test_bad_blend_values_are_refused_naming_the_key(keys, says):
     mode = keys.pop("pe_mode", "repo")
     with pytest.raises(OLMoConfigurationError, match=re.escape(says)) as error:
-        with_position_modes(olmo2_tiny("rope"), mode, 1, **keys)
+        with_position_modes(olmo2_tiny("rope"), mode, pe_start_layer=1, **keys)
     assert "\n" not in str(error.value)
 
 

@@ -108,7 +108,10 @@ def test_family_configs_are_the_published_model_with_repo_on_the_olmo2_1b_recipe
         json.dumps({"model_type": model_type, **module["HF_CONFIG"]})
     )
     converted = core_config_from_hf(read_hf_config(tmp_path / "hf", model_types=(model_type,)))
-    assert config.model.as_config_dict() == with_position_modes(converted, "repo", layers[0]).as_config_dict()
+    assert (
+        config.model.as_config_dict()
+        == with_position_modes(converted, "repo", pe_start_layer=layers[0]).as_config_dict()
+    )
 
     # The data is the model's tokenizer's, under --data-root; everything else is the OLMo 2 1B recipe's.
     assert config.dataset.tokenizer.vocab_size == config.model.vocab_size

@@ -111,7 +111,7 @@ def test_the_recipe_is_the_converted_model_with_repo_from_layer_9(stage1, tmp_pa
     with the recipe's init, the two-process test below checks on the run's step 0.)"""
     config = _experiment(tmp_path / "run", tmp_path / "data").model
     stock = checkpoint.model_config(stage1)
-    assert config.as_config_dict() == with_position_modes(stock, "repo", 9).as_config_dict()
+    assert config.as_config_dict() == with_position_modes(stock, "repo", pe_start_layer=9).as_config_dict()
     check_stage1(str(stage1), config)
     shapes = {k: v.shape for k, v in config.build(init_device="meta").state_dict().items()}
     stock_shapes = {k: v.shape for k, v in stock.build(init_device="meta").state_dict().items()}

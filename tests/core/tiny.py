@@ -27,7 +27,7 @@ def olmo2_tiny(
         hidden_size_multiplier=1.5,
     )
     config = TransformerConfig.llama_like(**{**base, **kwargs})
-    return with_position_modes(config, pe_mode, pe_start_layer, pe_layer_ids)
+    return with_position_modes(config, pe_mode, pe_start_layer=pe_start_layer, pe_layer_ids=pe_layer_ids)
 
 
 def logit_roundings(config: TransformerConfig, seq_len: int) -> int:
