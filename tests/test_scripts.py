@@ -230,6 +230,14 @@ print(" after main")
     assert (tmp_path / "teardown").is_file()
 
 
+def test_every_command_is_a_command():
+    """Every script's `main` goes through `olmo_repo.cli.command`: its process keeps working when its terminal is
+    lost (`olmo_repo.terminal`) and ends without the module teardown."""
+    for name in SCRIPTS:
+        main = importlib.import_module(f"olmo_repo.cli.{name}").main
+        assert main.__code__ is command(lambda argv: 0).__code__, name  # the wrapper `command` returns
+
+
 @pytest.mark.parametrize("name", sorted(LIGHT))
 def test_light_commands_answer_help_without_torch_or_olmo(name):
     code = (

@@ -1,18 +1,17 @@
 """Losing the terminal ends the printing, never the work (`olmo_repo.terminal`, which every command's process and
-every torchrun worker installs through `olmo_repo.cli.command`): a closed pipe (`| head`) or a full disk under the
-output, a logging handler made before, a child process started after, and `scripts/eval.py` as the issue found it
-(`2>&1 | head -1` ran the whole evaluation and saved nothing). The training commands are checked the same way where
-their runs are (tests/test_train_cli.py, tests/core/test_train.py), prepare_data.py in tests/test_prepare_data.py."""
+every torchrun worker installs through `olmo_repo.cli.command`; tests/test_scripts.py checks that every command's
+`main` is one): a closed pipe (`| head`) or a full disk under the output, a logging handler made before, a child
+process started after. Real commands are checked where their runs are: the training commands in
+tests/test_train_cli.py and tests/core/test_train.py (two torchrun workers), prepare_data.py in
+tests/test_prepare_data.py (`2>&1 | head -1` made eval.py, core_convert_to_hf.py and prepare_data.py exit 1, eval.py
+with nothing saved)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from olmo_repo.cli import flops
 from olmo_repo.demo import BASE_DIR
@@ -72,19 +71,6 @@ def test_a_quiet_stream_points_its_descriptor_at_the_null_device():
         stream.flush()
         assert stream.lost and os.write(write, b"quiet") == 5
         assert stream.write("more") == 4
-
-
-@pytest.mark.slow
-def test_eval_writes_its_results_when_its_terminal_closes(tmp_path):
-    """`eval.py MODEL ... 2>&1 | head -1`: the evaluation's files whole, exit 0."""
-    out = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "scripts" / "eval.py"), str(BASE_DIR), "--tasks", "niah_single_1",
-               "--lengths", "512", "--samples", "2", "--out", str(out)]  # fmt: skip
-    status, _ = run_to_head(command, cwd=ROOT)
-    assert status == 0
-    results = json.loads((out / "results.json").read_text())
-    assert set(results["scores"]) == {"niah_single_1"} and "512" in results["scores"]["niah_single_1"]
-    assert len((out / "samples.jsonl").read_text().splitlines()) == 2 and (out / "results.md").is_file()
 
 
 def test_a_command_whose_product_is_its_printout_fails_without_it(monkeypatch, capsys):
