@@ -93,7 +93,7 @@ def config(size: Size, pe_mode: str, kv_heads: int | None, device: str) -> Trans
         hidden_size_multiplier=1.5,
         attn_backend=AttentionBackendName.flash_2 if flash else None,
     )
-    return with_position_modes(base, pe_mode, size.pe_start_layer)
+    return with_position_modes(base, pe_mode, pe_start_layer=size.pe_start_layer)
 
 
 def build(size: Size, pe_mode: str, kv_heads: int | None, device: str) -> torch.nn.Module:

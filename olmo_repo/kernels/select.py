@@ -204,7 +204,12 @@ def _run(device: torch.device, check: Callable[[], Sequence[Agreement]], describ
         )
     import triton  # imported by the kernel modules already
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device} (Triton's interpreter)"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        name = f"{device} (Triton's interpreter)"
+    else:  # kernels asked for on a CPU without the interpreter: no driver to launch them
+        name = f"{device} (no GPU, and TRITON_INTERPRET is not set)"
     warnings.warn(
         f"RePo's {describe()} kernel, checked against float64 on {name} with Triton {triton.__version__} and torch "
         f"{torch.__version__}: {problem}. This specialisation runs the torch path for the rest of the process.",
