@@ -22,6 +22,7 @@ def open_folder(url: str) -> DataFolder:
 
 
 def read_json(folder: DataFolder, name: str) -> Any:
+    """The JSON file `name` of `folder` (a record of the state, the settings, a manifest)."""
     with folder.open(name, "rt") as f:
         return json.load(f)
 
