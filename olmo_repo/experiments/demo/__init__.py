@@ -4,11 +4,11 @@ a plain (non-editable) install.
 
 Modules, each depending only on those before it:
 
-    folder     DemoFolder: the output folder and its stages' records; a rerun replaces only a demo's outputs
     corpus     the offline tokenizer and corpus (RULER NIAH documents, retrieval practice, stories)
     training   one training run in a subprocess (`python -m olmo_repo.cli.train`), summarised from metrics.jsonl
     base       make demo-base: rebuild the shipped base model; its tokenizer
-    run        make demo: its stages, and report.md assembled from what they recorded
+    report     report.md's training table and in-loop NIAH section, from the runs' records
+    demo       make demo: its stages (on `olmo_repo.experiments.stages`) and report.md assembled from their records
 
 This module is light (pathlib only): importing a submodule does not load torch through it.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BASE_DIR", "CONFIGS_DIR", "PROCS", "SAMPLES", "SPECIALS", "config_path"]
+__all__ = ["BASE_DIR", "CONFIGS_DIR", "PROCS", "SAMPLES", "SPECIALS", "STAGE2", "TRAINING", "config_path"]
 
 BASE_DIR = Path(__file__).resolve().parent / "base_model"
 """The shipped tiny base model that `make demo` starts from (HF, bf16, with its tokenizer)."""
@@ -38,6 +38,19 @@ SPECIALS = ("<|endoftext|>", "<|pad|>")
 """The special tokens of the demo's BPE (ids 0 and 1: the configs' eos_token_id and pad_token_id)."""
 
 
+STAGE2 = {
+    "RoPE": "stage2-rope",
+    "RePo": "stage2-repo",
+    "RePo, learning": "stage2-repo-learn",
+    "NoPE": "stage2-nope",
+}
+"""The stage-2 runs, by the name the report gives their models: the paper's three rows, and RePo set up to learn
+its positions in 200 steps (the index blend's warm start and f_phi's own learning rate); each is its config."""
+
+TRAINING = ["stage1-rope", *STAGE2.values()]
+"""The demo's training runs, in the order they run: stage 1, then every stage-2 run from its checkpoint."""
+
+
 def config_path(name: str) -> Path:
-    """The shipped config `tiny-{name}.yaml` (name: base-rope, stage1-rope or one of `run.STAGE2`'s)."""
+    """The shipped config `tiny-{name}.yaml` (name: base-rope, stage1-rope or one of `STAGE2`'s)."""
     return CONFIGS_DIR / f"tiny-{name}.yaml"

@@ -23,7 +23,7 @@ __all__ = ["accuracy", "build", "train"]
 def build(arm: str, shape: TinyModel, seed: int, yarn: int = 1) -> torch.nn.Module:
     """A fresh `RepoLlamaForCausalLM` of `arm`; `yarn` > 1: its RoPE (and RePo's rotation) YaRN-scaled by that
     factor from the training length."""
-    from ..hf import RepoLlamaConfig, RepoLlamaForCausalLM
+    from ...hf import RepoLlamaConfig, RepoLlamaForCausalLM
 
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": shape.theta}
     if yarn > 1:

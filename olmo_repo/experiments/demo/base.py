@@ -1,10 +1,10 @@
-"""The tiny base model `make demo` starts from, shipped in the package as `olmo_repo/demo/base_model/` (HF
+"""The tiny base model `make demo` starts from, shipped in the package as `olmo_repo/experiments/demo/base_model/` (HF
 format, bf16, with its tokenizer): the analogue of the pre-trained OLMo-2 checkpoint the official recipe starts
 from.
 
 Why ship it: retrieval (NIAH) needs induction heads, and a tiny model from scratch does not form them within
 a CPU demo's minutes (docs/demo.md). `make demo-base` rebuilds it: the demo's tokenizer, the "base"
-split of the demo corpus (`olmo_repo.demo.corpus`), `tiny-base-rope.yaml` through `olmo_repo.cli.train`, and
+split of the demo corpus (`olmo_repo.experiments.demo.corpus`), `tiny-base-rope.yaml` through `olmo_repo.cli.train`, and
 the conversion to HF in bf16, with the same seeds and data as the shipped one (README, "make demo", says how long
 it takes). Float rounding differs between CPUs, so a rebuild elsewhere is close to the shipped weights, not equal.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
-from ..errors import CorruptFileError, RepoError
+from ...errors import CorruptFileError, RepoError
 from . import BASE_DIR, SPECIALS, config_path
 
 if TYPE_CHECKING:
@@ -52,14 +52,14 @@ def build_base(work: Path, out: Path = BASE_DIR, steps: int = BASE_STEPS) -> Pat
     `tiny-base-rope.yaml` for `steps` steps in `work/base-rope`, and write the final checkpoint as HF bf16 to
     `out` (replaced only once the conversion succeeded). Returns `out`.
 
-    `work` is a `DemoFolder` (new, empty or a previous build's); an `out` holding files that no build wrote is
+    `work` is a `Stages` folder (new, empty or a previous build's); an `out` holding files that no build wrote is
     refused (`RepoError`), both before any work."""
-    from .folder import DemoFolder
+    from ..stages import Stages
 
     if out.is_dir() and not {p.name for p in out.iterdir()} <= HF_FILES or out.is_file():
         raise RepoError(f"{out} holds files that no base build wrote: pass a new folder as the output")
-    folder = DemoFolder(work)
-    from ..ai2olmo.hf import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
+    folder = Stages(work)
+    from ...ai2olmo.hf import convert_to_hf  # heavy (torch, ai2-olmo): once the folders are accepted
     from .corpus import BATCH, SPLIT_WINDOWS, build_corpus, build_tokenizer
     from .training import latest_checkpoint, run_training, summarise
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..errors import RepoError
-from ..metrics import METRICS_FILE, metric_name, read_metrics
-from ..modes import POSITIONS_METRIC, repo_layer_ids
+from ...errors import RepoError
+from ...metrics import METRICS_FILE, metric_name, read_metrics
+from ...modes import POSITIONS_METRIC, repo_layer_ids
 
 __all__ = [
     "RunResult",

@@ -11,8 +11,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from typing import Any
 
-from ..demo.folder import DemoFolder, digest
-from ..tables import markdown_table
+from ...tables import markdown_table
+from ..stages import Stages, digest
 from .task import ARMS, TinyModel
 
 __all__ = ["TESTS", "run_scratch", "scratch_results", "scratch_section"]
@@ -32,7 +32,8 @@ def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any
     """Train and test one model (in a worker process, one thread)."""
     import torch
 
-    from ..rope import record_positions, spread
+    from ...positions import spread
+    from ...rope import record_positions
     from .retrieval import accuracy, build, train
 
     torch.set_num_threads(1)
@@ -53,7 +54,7 @@ def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any
 
 
 def run_scratch(
-    folder: DemoFolder,
+    folder: Stages,
     shape: TinyModel,
     seeds: Sequence[int],
     workers: int = 2,
@@ -63,7 +64,7 @@ def run_scratch(
     tested on `sequences` sequences; returns {"{arm}-{seed}": result}."""
     inputs = _inputs(shape, sequences)
     jobs = [(arm, seed) for seed in seeds for arm in ARMS]
-    todo = [(arm, seed) for arm, seed in jobs if folder.stage(f"scratch-{arm}-{seed}", inputs, []) != "done"]
+    todo = [(arm, seed) for arm, seed in jobs if folder.state(f"scratch-{arm}-{seed}", inputs, []) != "done"]
     if todo:
         print(
             f"\n== from scratch: {len(todo)} of {len(jobs)} models to train, {workers} at a time", flush=True
@@ -87,7 +88,7 @@ def run_scratch(
 
 
 def scratch_results(
-    folder: DemoFolder, shape: TinyModel, seeds: Sequence[int], sequences: int = TEST_SEQUENCES
+    folder: Stages, shape: TinyModel, seeds: Sequence[int], sequences: int = TEST_SEQUENCES
 ) -> dict[str, Any] | None:
     """What `run_scratch` returns, read from the folder's records alone: None unless every (arm, seed) finished
     with these inputs."""
@@ -109,7 +110,7 @@ def scratch_section(
 ) -> str:
     """The Markdown section: accuracy per arm and test (pooled over seeds, with its Wilson 95% interval, and
     per seed), the RePo models' positions, and the setup."""
-    from ..eval.intervals import wilson_interval
+    from ...eval.intervals import wilson_interval
 
     rows = []
     for arm in ARMS:

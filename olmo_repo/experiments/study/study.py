@@ -1,6 +1,6 @@
 """The study's command: its parts as resumable stages of one folder, and its report.
 
-1. smollm2   the SmolLM2 recipe with the study's arms (`recipe.STUDY_ARMS`), in `smollm2/` (the recipe's own
+1. smollm2   the SmolLM2 recipe with the study's arms (`smollm2.options.STUDY_ARMS`), in `smollm2/` (the recipe's own
              stages: a rerun resumes it where it stopped)
 2. scratch   `retrieval`'s RoPE, NoPE and RePo from scratch, each seed (`scratch.run_scratch`: two models at a time)
 
@@ -15,11 +15,12 @@ import os
 import platform
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..demo.folder import DemoFolder
-from ..recipe import STUDY_ARMS, Recipe, run_recipe
+from ..smollm2.options import STUDY_ARMS, Recipe
+from ..smollm2.recipe import run_recipe
+from ..stages import Stages
 from .scratch import run_scratch, scratch_results, scratch_section
 from .task import TinyModel
 
@@ -28,19 +29,18 @@ __all__ = ["PARTS", "Study", "run_study"]
 
 @dataclass(frozen=True)
 class Study:
-    """The study's options (the defaults are docs/research.md's)."""
+    """The study's options (the defaults are docs/research.md's): the recipe it runs with the study's arms, and
+    the from-scratch models and their seeds."""
 
-    steps: int = 100
-    samples: int = 10
-    lengths: tuple[int, ...] = (1024, 2048)
+    recipe: Recipe = Recipe(lengths=(1024, 2048), arms=STUDY_ARMS)
     seeds: tuple[int, ...] = (0, 1)
-    procs: int = 2
-    model: str | None = None
     scratch: TinyModel = field(default_factory=TinyModel)
 
-    def recipe(self) -> Recipe:
-        return Recipe(self.steps, 8, self.lengths, ("niah_single_1",), self.samples, self.procs, self.model,
-                      STUDY_ARMS)  # fmt: skip
+    def options(self) -> dict[str, object]:
+        """The options the report states (the recipe's that the study sets, and the seeds)."""
+        r = self.recipe
+        return {"steps": r.steps, "samples": r.samples, "lengths": list(r.lengths), "seeds": list(self.seeds),
+                "procs": r.procs, "model": r.model}  # fmt: skip
 
 
 PARTS = ("smollm2", "scratch")
@@ -49,11 +49,11 @@ PARTS = ("smollm2", "scratch")
 def run_study(out: Path, study: Study = Study(), parts: tuple[str, ...] = PARTS) -> Path:
     """Run (or resume) the study's `parts` into `out`; returns its report.md (which shows every part done so
     far, and "(to come)" for the others)."""
-    folder = DemoFolder(out, "study", "its tiny models, SmolLM2 runs and report")
+    folder = Stages(out, "study", "its tiny models, SmolLM2 runs and report")
     conditions = _Conditions(folder)
     if "smollm2" in parts:
         with conditions.part("smollm2", folder.entry("smollm2")):
-            run_recipe(folder.path / "smollm2", study.recipe())
+            run_recipe(folder.path / "smollm2", study.recipe)
         _report(folder, study, conditions)
     if "scratch" in parts:
         with conditions.part("scratch", folder.path):
@@ -67,13 +67,13 @@ class _Conditions:
     """When, on what commit and machine load each part ran (the load averages at its start and end: the
     machine may be shared), recorded in the folder's stages as `conditions-{part}`."""
 
-    def __init__(self, folder: DemoFolder):
+    def __init__(self, folder: Stages):
         self.folder = folder
 
     def part(self, name: str, where: Path) -> _Part:
         """A context for part `name`, whose stages `where/stages.json` records: its conditions are recorded
         when it ran anything (a rerun that skips every stage keeps those of the run that did the work)."""
-        return _Part(self, name, where / DemoFolder.STAGES)
+        return _Part(self, name, where / Stages.STAGES)
 
     def record(self, name: str) -> dict | None:
         return self.folder.record(f"conditions-{name}")
@@ -126,12 +126,12 @@ def _commit() -> str:
     return (done.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
-def _report(folder: DemoFolder, study: Study, conditions: _Conditions) -> Path:
+def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
     results = scratch_results(folder, study.scratch, study.seeds)
     parts = [
         "# Learning positions on one machine: the study\n",
-        "Options: " + json.dumps({k: v for k, v in asdict(study).items() if k != "scratch"}) + "\n",
+        "Options: " + json.dumps(study.options()) + "\n",
         "## Where and when\n\n" + conditions.text() + "\n",
         "## SmolLM2-135M continued: the arms\n\n"
         + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(to come)\n"),
