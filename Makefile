@@ -95,7 +95,7 @@ lint: install
 demo: install
 	$(BIN)/python scripts/demo.py
 
-# Rebuild the base model that `make demo` starts from (olmo_repo/demo/base_model/, shipped): about 55 min on 2 cores.
+# Rebuild the base model that `make demo` starts from (olmo_repo/experiments/demo/base_model/, shipped): about 55 min on 2 cores.
 demo-base: install
 	$(BIN)/python scripts/demo_base.py
 

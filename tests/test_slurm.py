@@ -239,7 +239,7 @@ def test_a_jobs_bad_input_is_one_line_before_any_node_starts(tmp_path: Path) -> 
     job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2"}
     args = cli(small(data, tmp_path / "run", global_train_batch_size=6))  # 6 over 2 nodes x 2 ranks
     done = subprocess.run(
-        ["bash", "scripts/slurm/launch.sh", "2", "olmo_repo/demo/configs/tiny-stage2-repo.yaml", *args],
+        ["bash", "scripts/slurm/launch.sh", "2", "olmo_repo/experiments/demo/configs/tiny-stage2-repo.yaml", *args],
         cwd=ROOT, env={**os.environ, **job}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1 and "job 7, start 1, nodes node[1-2]" in done.stdout
@@ -325,7 +325,7 @@ def test_prepare_data_array_job_joins_its_machines_parts(slurm: Cluster, tmp_pat
     on this one node): the last part joins them, and the folder holds the documents of a run on one machine."""
     from collections import Counter
 
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     from .prepared_data import DATA_PYTHON, documents, prepare_data, write_corpus
 

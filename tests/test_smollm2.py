@@ -17,8 +17,8 @@ import pytest
 
 from olmo_repo import smollm2
 from olmo_repo.cli.smollm2 import main
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import CorruptFileError
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.smollm2 import GGUF_FILE, INSTALL, installed_gguf, read_gguf
 
 from .real_models import build_smollm2

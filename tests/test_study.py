@@ -1,4 +1,4 @@
-"""The position study's from-scratch part (`olmo_repo.study`) at its smallest size: the recall task says what
+"""The position study's from-scratch part (`olmo_repo.experiments.study`) at its smallest size: the recall task says what
 it claims, each (arm, seed) is a resumable stage, and its section reports what was measured."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import re
 import pytest
 import torch
 
-from olmo_repo.demo.folder import DemoFolder
 from olmo_repo.errors import RepoError
-from olmo_repo.study.retrieval import accuracy, build
-from olmo_repo.study.run import Study, run_study
-from olmo_repo.study.scratch import TESTS, run_scratch, scratch_section
-from olmo_repo.study.task import BOS, GRAMMAR_SEED, QUERY, Task, TinyModel
+from olmo_repo.experiments.stages import Stages
+from olmo_repo.experiments.study.retrieval import accuracy, build
+from olmo_repo.experiments.study.scratch import TESTS, run_scratch, scratch_section
+from olmo_repo.experiments.study.study import Study, run_study
+from olmo_repo.experiments.study.task import BOS, GRAMMAR_SEED, QUERY, Task, TinyModel
 
 
 @pytest.mark.parametrize("factor", [1, 4])
@@ -69,7 +69,7 @@ def test_the_arms_are_rope_nope_and_repo_above_the_lower_third_and_yarn_rescales
 
 def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_path):
     shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
-    folder = DemoFolder(tmp_path / "study", "study")
+    folder = Stages(tmp_path / "study", "study")
     results = run_scratch(folder, shape, seeds=(0,), workers=1, sequences=4)
     assert set(results) == {"RoPE-0", "NoPE-0", "RePo-0"}
     for result in results.values():
@@ -117,7 +117,7 @@ def test_a_stage_command_ended_by_ctrl_c_interrupts_the_recipe_and_a_failure_nam
     import signal
 
     from olmo_repo.errors import RepoError
-    from olmo_repo.recipe import _check_exit
+    from olmo_repo.experiments.smollm2.recipe import _check_exit
 
     for code in (130, -signal.SIGINT):
         with pytest.raises(KeyboardInterrupt):
@@ -125,28 +125,6 @@ def test_a_stage_command_ended_by_ctrl_c_interrupts_the_recipe_and_a_failure_nam
     with pytest.raises(RepoError, match=rf"^the RoPE run failed \(exit 1\); see {tmp_path}/run-rope.log$"):
         _check_exit(1, "the RoPE run", tmp_path / "run-rope.log")
     _check_exit(0, "the RoPE run", tmp_path / "run-rope.log")
-
-
-def test_the_recipe_report_reads_a_held_out_stage_only_once_it_finished(tmp_path):
-    """A held-out stage that started and was stopped records no losses: the report of a rerun's first stages
-    leaves it out instead of failing; the training table gives the last steps' mean and the logged positions."""
-    from olmo_repo.metrics import METRICS_FILE, append_metrics
-    from olmo_repo.recipe import PAPER, Recipe, _Run
-
-    folder = DemoFolder(tmp_path / "recipe", "recipe", "its runs")
-    folder.stage("train-repo", "x", ["run-repo"])
-    folder.entry("run-repo").mkdir()
-    positions = {
-        f"train/positions/layer{i}/{s}": v for i in (9, 10) for s, v in (("std", i), ("rank_corr", 0.5))
-    }
-    for step in range(1, 13):
-        append_metrics(
-            folder.path / "run-repo" / METRICS_FILE, step, {"train/CE loss": float(step), **positions}
-        )
-    folder.finish("train-repo")
-    folder.stage("heldout", "y", [])  # under way (or stopped): not finished
-    table = _Run(folder, Recipe(arms=(PAPER,)))._training()
-    assert "| RePo | 12 | 1.000 | 7.500 | 9.5 | +0.50 |" in table and "Held-out loss" not in table
 
 
 def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_conditions(tmp_path):

@@ -193,7 +193,7 @@ def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_sid
         [
             python,
             "-c",
-            "from olmo_repo.demo import BASE_DIR, CONFIGS_DIR; import olmo_repo.hf.files as f;"
+            "from olmo_repo.experiments.demo import BASE_DIR, CONFIGS_DIR; import olmo_repo.hf.files as f;"
             "print(BASE_DIR.is_dir(), len(list(CONFIGS_DIR.glob('*.yaml'))), f.HF_DIR.is_relative_to(BASE_DIR.parents[1]))",
         ],
         capture_output=True,
@@ -202,7 +202,7 @@ def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_sid
     )
     assert (
         shipped.stdout.split()
-        == ["True", str(len(list((ROOT / "olmo_repo/demo/configs").glob("*.yaml")))), "True"]
+        == ["True", str(len(list((ROOT / "olmo_repo/experiments/demo/configs").glob("*.yaml")))), "True"]
         and str(env)
         in subprocess.run(
             [python, "-c", "import olmo_repo; print(olmo_repo.__file__)"],
@@ -218,7 +218,7 @@ def test_a_command_of_a_missing_extra_names_the_pip_install_that_brings_it(clean
     command that installs it, in one line, before anything is written; nothing speaks of a checkout (its
     environments, make targets, requirements/ files) or of the Python API."""
     bin, out = clean_env / "bin", tmp_path / "out"
-    where = subprocess.run([bin / "python", "-c", "from olmo_repo.demo import BASE_DIR, config_path; "
+    where = subprocess.run([bin / "python", "-c", "from olmo_repo.experiments.demo import BASE_DIR, config_path; "
                             "print(BASE_DIR, config_path('stage1-rope'))"],
                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     model, yaml = where

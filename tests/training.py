@@ -20,8 +20,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGE1 = ROOT / "olmo_repo/demo/configs/tiny-stage1-rope.yaml"
-STAGE2_REPO = ROOT / "olmo_repo/demo/configs/tiny-stage2-repo.yaml"
+STAGE1 = ROOT / "olmo_repo/experiments/demo/configs/tiny-stage1-rope.yaml"
+STAGE2_REPO = ROOT / "olmo_repo/experiments/demo/configs/tiny-stage2-repo.yaml"
 TRAIN_SCRIPT = ROOT / "scripts/train.py"
 VOCAB = 128
 

@@ -1,10 +1,10 @@
 """Tiny RePo stage 2 on CPU with OLMo-core: the demo's base model and corpus, RePo in layers 1-3 of 4.
 
-Source: `olmo_repo/demo/configs/tiny-stage2-repo.yaml` (the ai2-olmo demo's stage 2: the official stage-2 recipe
-at tiny scale), in OLMo-core's style. The model is the shipped base model's (`olmo_repo/demo/base_model`, HF),
+Source: `olmo_repo/experiments/demo/configs/tiny-stage2-repo.yaml` (the ai2-olmo demo's stage 2: the official stage-2 recipe
+at tiny scale), in OLMo-core's style. The model is the shipped base model's (`olmo_repo/experiments/demo/base_model`, HF),
 converted to a model-only OLMo-core checkpoint; the corpus is `make demo`'s (`runs/demo/data`):
 
-    .venv-core/bin/python scripts/core_convert_from_hf.py --input olmo_repo/demo/base_model --output runs/core/base
+    .venv-core/bin/python scripts/core_convert_from_hf.py --input olmo_repo/experiments/demo/base_model --output runs/core/base
     .venv-core/bin/torchrun --nproc-per-node=2 scripts/core_train.py configs/olmocore/tiny-stage2-repo.py \\
         --save-folder=runs/core/tiny-repo --data-root=runs/demo/data --load_path=runs/core/base
 

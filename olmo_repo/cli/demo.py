@@ -21,7 +21,7 @@ PROG = "demo.py"
 def main(argv: list[str] | None = None) -> int:
     import yaml  # light (the configs' sizes, not torch), and in the base install: --help needs no extra
 
-    from ..demo import PROCS, SAMPLES, config_path
+    from ..experiments.demo import PROCS, SAMPLES, config_path
 
     stage1, stage2 = (
         yaml.safe_load(config_path(name).read_text())["max_duration"]
@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def demo() -> None:
-        from ..demo.run import run_demo  # after --help and argument errors: the demo imports torch and OLMo
+        from ..experiments.demo.demo import (
+            run_demo,  # after --help and argument errors: the demo imports torch and OLMo
+        )
 
         run_demo(
             args.out_dir,

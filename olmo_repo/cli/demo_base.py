@@ -1,6 +1,6 @@
-"""`make demo-base`: rebuild the tiny base model that `make demo` starts from (olmo_repo/demo/base_model/,
+"""`make demo-base`: rebuild the tiny base model that `make demo` starts from (olmo_repo/experiments/demo/base_model/,
 shipped in the package): its tokenizer and corpus, RoPE pre-training on CPU (tiny-base-rope.yaml; docs/demo.md
-says how long it takes), and the conversion to HF in bf16. See olmo_repo/demo/base.py for why the demo starts
+says how long it takes), and the conversion to HF in bf16. See olmo_repo/experiments/demo/base.py for why the demo starts
 from a shipped model."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PROG = "demo_base.py"
 def main(argv: list[str] | None = None) -> int:
     import yaml  # light (the config's sizes, not torch), and in the base install: --help needs no extra
 
-    from ..demo import BASE_DIR, config_path
+    from ..experiments.demo import BASE_DIR, config_path
 
     config = yaml.safe_load(config_path("base-rope").read_text())
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         "--output",
         type=Path,
         default=None,
-        help="where the HF model goes (default: olmo_repo/demo/base_model/ in the package, which `make demo` "
+        help="where the HF model goes (default: olmo_repo/experiments/demo/base_model/ in the package, which `make demo` "
         "uses); a folder holding other files than a previous build's is refused",
     )
     parser.add_argument(
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def build() -> None:
         # after --help and argument errors: torch takes seconds
-        from ..demo.base import BASE_STEPS, build_base
+        from ..experiments.demo.base import BASE_STEPS, build_base
 
         build_base(args.work.resolve(), (args.output or BASE_DIR).resolve(), args.steps or BASE_STEPS)
 

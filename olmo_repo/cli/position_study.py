@@ -1,13 +1,15 @@
 """`scripts/position_study.py [OUT_DIR]`: docs/research.md's study of learning positions on one machine
-(`olmo_repo.study`)."""
+(`olmo_repo.experiments.study`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from ..errors import RepoError
 from . import command, positive_int, require_extras, run
+from .smollm2_recipe import add_recipe_options, recipe_from_args
 
 __all__ = ["main"]
 
@@ -25,7 +27,7 @@ command to continue):
    and order per layer, NIAH before and after with Wilson intervals;
 2. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
    distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
-   models at a time, one core each; olmo_repo.study.task and .retrieval).
+   models at a time, one core each; olmo_repo.experiments.study.task and .retrieval).
 
 OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at. About three hours of
 a quiet 2-core machine. Run it in the OLMo-core environment (make install-core), from a checkout:
@@ -37,7 +39,7 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line), 2 bad arguments, 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..study.run import PARTS, Study  # light: dataclasses
+    from ..experiments.study.study import PARTS, Study  # light: dataclasses
 
     default = Study()
     parser = argparse.ArgumentParser(
@@ -57,18 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         help="folder for everything the study writes: new, empty, or a previous study's (resumed; other files "
         "there stay) (default: runs/position-study)",
     )
-    parser.add_argument(
-        "--steps",
-        type=positive_int,
-        default=default.steps,
-        help=f"training steps of each SmolLM2 arm (default: {default.steps}, the recipe's)",
-    )
-    parser.add_argument(
-        "--samples",
-        type=positive_int,
-        default=default.samples,
-        help=f"NIAH prompts per length and model (default: {default.samples})",
-    )
+    add_recipe_options(parser, default.recipe, only=("steps", "samples", "model"))
     parser.add_argument(
         "--seeds",
         type=positive_int,
@@ -87,35 +78,28 @@ def _parser() -> argparse.ArgumentParser:
         help="run this part alone (the other keeps what it has; the report shows both as far as they got): "
         "the from-scratch part takes minutes, the SmolLM2 part hours (default: both, SmolLM2 first)",
     )
-    parser.add_argument(
-        "--model",
-        metavar="DIR",
-        help="an existing SmolLM2 directory written by scripts/smollm2.py (default: one is written in OUT_DIR)",
-    )
     return parser
 
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    from ..experiments.study.study import PARTS, Study
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    default = Study()
+    options = Study(
+        recipe=recipe_from_args(parser, args, default.recipe),
+        seeds=tuple(range(args.seeds)),
+        scratch=dataclasses.replace(default.scratch, steps=args.scratch_steps),
+    )
 
     def study() -> None:
-        import dataclasses
-
-        from ..recipe import check_checkout, check_model
-        from ..study.run import PARTS, Study, run_study
+        from ..experiments.smollm2.recipe import check_checkout, check_model
+        from ..experiments.study.study import run_study
 
         check_checkout("position_study")  # its second part is the SmolLM2 recipe: before hours of its first
         require_extras("olmo-core", "eval")
-
-        default = Study()
-        options = Study(
-            steps=args.steps,
-            samples=args.samples,
-            seeds=tuple(range(args.seeds)),
-            model=args.model,
-            scratch=dataclasses.replace(default.scratch, steps=args.scratch_steps),
-        )
         check_model(args.model)  # before the study's folder is made
         run_study(args.out_dir, options, (args.only,) if args.only else PARTS)
 

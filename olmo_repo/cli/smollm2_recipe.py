@@ -1,16 +1,17 @@
 """`scripts/smollm2_recipe.py [OUT_DIR]`: the paper's recipe at CPU scale on a real pretrained model, SmolLM2-135M,
-with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.recipe`)."""
+with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.experiments.smollm2.recipe`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..errors import RepoError
 from ..eval.variants import VARIANTS, parse_lengths
 from . import command, require_extras, run
 
-__all__ = ["main"]
+__all__ = ["add_recipe_options", "main", "recipe_from_args"]
 
 PROG = "smollm2_recipe.py"
 
@@ -36,9 +37,8 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line naming the log or th
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..recipe import KNOWN_ARMS, Recipe  # light: dataclasses and pathlib
+    from ..experiments.smollm2.options import Recipe  # light: dataclasses and pathlib
 
-    default = Recipe()
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Continue SmolLM2-135M-Instruct (Q4_1 dequantised) on OLMo-core with RePo from its 10th "
@@ -58,91 +58,95 @@ def _parser() -> argparse.ArgumentParser:
         help="folder for everything the recipe writes: new, empty, or a previous recipe's (resumed; other "
         "files there stay) (default: runs/smollm2-recipe)",
     )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=default.steps,
-        help=f"training steps of each run, 4 x 256 tokens each (default: {default.steps}, about one pass over the "
-        "training text)",
-    )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=default.samples,
-        help=f"NIAH prompts per variant and length (default: {default.samples})",
-    )
-    parser.add_argument(
-        "--lengths",
-        default=",".join(map(str, default.lengths)),
-        help="NIAH context lengths, comma-separated; the attention and position analyses run at the first "
-        f"(default: {','.join(map(str, default.lengths))})",
-    )
-    parser.add_argument(
-        "--variants",
-        default=",".join(default.variants),
-        help=f"RULER NIAH variants, comma-separated (default: {','.join(default.variants)})",
-    )
-    parser.add_argument(
-        "--heldout-topics",
-        type=int,
-        default=default.heldout_topics,
-        help=f"topics of the documentation held out for the held-out loss, the last by name (default: "
-        f"{default.heldout_topics})",
-    )
-    parser.add_argument(
-        "--model",
-        metavar="DIR",
-        help="an existing SmolLM2 directory written by scripts/smollm2.py (checked, not copied; default: one is "
-        "written in OUT_DIR)",
-    )
-    parser.add_argument(
-        "--arms",
-        default=",".join(arm.name for arm in default.arms),
-        help="the runs, comma-separated, each a few overrides of the config on the same batches: "
-        + "; ".join(f"{name} ({' '.join(a.overrides) or 'the paper'})" for name, a in KNOWN_ARMS.items())
-        + f" (default: {','.join(arm.name for arm in default.arms)})",
-    )
-    parser.add_argument(
-        "--procs",
-        type=int,
-        default=default.procs,
-        help=f"training processes per run (gloo, one thread each; default: {default.procs})",
-    )
+    add_recipe_options(parser, Recipe())
     return parser
+
+
+def add_recipe_options(
+    parser: argparse.ArgumentParser, default: Any, only: tuple[str, ...] | None = None
+) -> None:
+    """Declare the recipe's options on `parser` with `default`'s values (a `Recipe`), or those named in `only`:
+    this command takes them all, the study (`position_study.py`) those it lets a user set."""
+    from ..experiments.smollm2.options import KNOWN_ARMS
+
+    options: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+        "steps": (("--steps",), dict(type=int, default=default.steps, help="training steps of each run, "
+                  f"4 x 256 tokens each (default: {default.steps}, about one pass over the training text)")),
+        "samples": (("--samples",), dict(type=int, default=default.samples,
+                    help=f"NIAH prompts per variant and length (default: {default.samples})")),
+        "lengths": (("--lengths",), dict(default=",".join(map(str, default.lengths)), help="NIAH context "
+                    "lengths, comma-separated; the attention and position analyses run at the first (default: "
+                    f"{','.join(map(str, default.lengths))})")),
+        "variants": (("--variants",), dict(default=",".join(default.variants), help="RULER NIAH variants, "
+                     f"comma-separated (default: {','.join(default.variants)})")),
+        "heldout_topics": (("--heldout-topics",), dict(type=int, default=default.heldout_topics, help="topics of "
+                           "the documentation held out for the held-out loss, the last by name (default: "
+                           f"{default.heldout_topics})")),
+        "model": (("--model",), dict(metavar="DIR", help="an existing SmolLM2 directory written by "
+                  "scripts/smollm2.py (checked, not copied; default: one is written in OUT_DIR)")),
+        "arms": (("--arms",), dict(default=",".join(arm.name for arm in default.arms), help="the runs, "
+                 "comma-separated, each a few overrides of the config on the same batches: "
+                 + "; ".join(f"{name} ({' '.join(a.args) or 'the paper'})" for name, a in KNOWN_ARMS.items())
+                 + f" (default: {','.join(arm.name for arm in default.arms)})")),
+        "procs": (("--procs",), dict(type=int, default=default.procs,
+                  help=f"training processes per run (gloo, one thread each; default: {default.procs})")),
+    }  # fmt: skip
+    for name, (flags, kwargs) in options.items():
+        if only is None or name in only:
+            parser.add_argument(*flags, **kwargs)
+
+
+def recipe_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace, default: Any) -> Any:
+    """The `Recipe` of the parsed `args`, `default`'s values for the options the parser does not take; a bad
+    value is `parser.error` naming its flag."""
+    import dataclasses
+
+    from ..experiments.smollm2.options import KNOWN_ARMS
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(default) if hasattr(args, f.name)}
+    if "lengths" in given:
+        try:
+            given["lengths"] = tuple(parse_lengths(given["lengths"]))
+        except ValueError as e:
+            parser.error(str(e))
+    if "variants" in given:
+        variants = tuple(v for v in args.variants.split(",") if v)
+        if (unknown := [v for v in variants if v not in VARIANTS]) or not variants:
+            parser.error(f"--variants {args.variants}: {'unknown ' + ', '.join(unknown) if unknown else 'none given'}; "
+                         f"allowed: {', '.join(VARIANTS)}")  # fmt: skip
+        given["variants"] = variants
+    if "arms" in given:
+        names = [a for a in args.arms.split(",") if a]
+        if (
+            (unknown := [a for a in names if a not in KNOWN_ARMS])
+            or not names
+            or len(set(names)) < len(names)
+        ):
+            why = "unknown " + ", ".join(unknown) if unknown else "each arm once" if names else "none given"
+            parser.error(f"--arms {args.arms}: {why}; allowed: {', '.join(KNOWN_ARMS)}")
+        given["arms"] = tuple(KNOWN_ARMS[name] for name in names)
+    for name, flag in (("steps", "--steps"), ("samples", "--samples"), ("procs", "--procs"),
+                       ("heldout_topics", "--heldout-topics")):  # fmt: skip
+        if name in given and given[name] < 1:
+            parser.error(f"{flag} must be at least 1; got {given[name]}")
+    if "lengths" in given and min(given["lengths"]) < 1:
+        parser.error(f"--lengths must be at least 1; got {min(given['lengths'])}")
+    return dataclasses.replace(default, **given)
 
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    from ..recipe import KNOWN_ARMS, Recipe
+    from ..experiments.smollm2.options import Recipe
 
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        lengths = tuple(parse_lengths(args.lengths))
-    except ValueError as e:
-        parser.error(str(e))
-    variants = tuple(v for v in args.variants.split(",") if v)
-    if (unknown := [v for v in variants if v not in VARIANTS]) or not variants:
-        parser.error(f"--variants {args.variants}: {'unknown ' + ', '.join(unknown) if unknown else 'none given'}; "
-                     f"allowed: {', '.join(VARIANTS)}")  # fmt: skip
-    names = [a for a in args.arms.split(",") if a]
-    if (unknown := [a for a in names if a not in KNOWN_ARMS]) or not names or len(set(names)) < len(names):
-        why = "unknown " + ", ".join(unknown) if unknown else "each arm once" if names else "none given"
-        parser.error(f"--arms {args.arms}: {why}; allowed: {', '.join(KNOWN_ARMS)}")
-    for flag, value in (("--steps", args.steps), ("--samples", args.samples), ("--procs", args.procs),
-                        ("--heldout-topics", args.heldout_topics), ("--lengths", min(lengths))):  # fmt: skip
-        if value < 1:
-            parser.error(f"{flag} must be at least 1; got {value}")
+    options = recipe_from_args(parser, args, Recipe())
 
     def recipe() -> None:
-        from ..recipe import check_checkout, run_recipe
+        from ..experiments.smollm2.recipe import check_checkout, run_recipe
 
         check_checkout()  # before the extras: a pip install has no recipe to run
         require_extras("olmo-core", "eval")
-        options = Recipe(
-            args.steps, args.heldout_topics, lengths, variants, args.samples, args.procs, args.model,
-            tuple(KNOWN_ARMS[name] for name in names),
-        )  # fmt: skip
         run_recipe(args.out_dir, options)
 
     return run(PROG, recipe, lambda: (RepoError, ValueError, FileNotFoundError))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from olmo_repo.cli import core_convert_from_hf, core_convert_to_hf, core_train
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 
 from .training import TINY, random_corpus
 

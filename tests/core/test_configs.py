@@ -9,7 +9,7 @@ import yaml
 from olmo_core.nn.transformer import TransformerConfig
 
 from olmo_repo.data.tokens import TOKENS_FILE
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.hf import read_hf_config
 from olmo_repo.modes import repo_layer_ids
 from olmo_repo.olmocore.attention import RepoAttention

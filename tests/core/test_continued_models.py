@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM
 
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.eval.loading import load_model, yarn_overrides
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.modes import SCORED_PE_KEYS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import with_position_modes

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from olmo_repo.data.folder import DATA_FORMAT, MIX_FORMAT
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.olmocore.train import check_experiment, load_build_config
 
 from .training import ROOT, tiny_options

@@ -12,8 +12,8 @@ import torch
 from olmo_core.distributed.utils import get_full_tensor, init_distributed
 from olmo_core.train.callbacks import Callback
 
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.modes import index_blend, is_f_phi_param
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.olmocore.train import build_trainer, check_experiment, start

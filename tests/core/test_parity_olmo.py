@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.rope import record_positions

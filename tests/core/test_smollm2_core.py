@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 
 from olmo_repo.cli import core_train, tokenize_text
 from olmo_repo.data.tokens import TOKENS_FILE
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.modes import F_PHI_WEIGHTS, SCORED_PE_KEYS
 from olmo_repo.olmocore import checkpoint

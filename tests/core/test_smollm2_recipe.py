@@ -18,10 +18,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from olmo_repo.cli import position_study, smollm2_recipe
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
+from olmo_repo.experiments.smollm2.heldout import heldout_loss
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.output import PNG_SIGNATURE
-from olmo_repo.recipe import heldout_loss
 
 from .training import ROOT
 
@@ -102,7 +102,7 @@ def test_the_recipe_runs_both_arms_reports_and_a_rerun_changes_nothing(smollm2_d
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     again = _run(str(out), f"--model={smollm2_dir}", *SMALLEST)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("done before with the same inputs, kept") == len(stages)
+    assert again.stdout.count("finished before with the same inputs, skipped") == len(stages)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
 
 

@@ -10,7 +10,7 @@ import torch
 from olmo_core.distributed.checkpoint import save_model_and_optim_state
 from olmo_core.distributed.utils import get_full_tensor, init_distributed
 
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.fit import CheckpointFitError, f_phi_layer
 from olmo_repo.modes import F_PHI_WEIGHTS, POSITION_STATS
 from olmo_repo.olmocore import checkpoint

@@ -18,7 +18,7 @@ import torch
 from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
 
 from olmo_repo.cli import core_train
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.metrics import METRICS_FILE, read_metrics
 from olmo_repo.modes import index_blend

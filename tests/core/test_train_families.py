@@ -71,8 +71,8 @@ def _prepared(root: Path, family: str) -> Path:
     models' own: for Llama a data folder, for Qwen 3 a mix of two sources (shares 0.7 and 0.3 of 32K tokens)."""
     import random
 
-    from olmo_repo.demo import BASE_DIR
-    from olmo_repo.demo.corpus import generate_document
+    from olmo_repo.experiments.demo import BASE_DIR
+    from olmo_repo.experiments.demo.corpus import generate_document
 
     rng = random.Random(0)
     texts = [" ".join(generate_document(rng) for _ in range(8)) for _ in range(120)]

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.olmocore.hf import hf_to_core
 
 from .training import ROOT, TINY, metrics, random_corpus

@@ -19,8 +19,8 @@ def build_corpus(out: Path) -> Path:
     """The demo's corpus (its generator, fewer windows: a prefix of the demo's) with the base model's tokenizer."""
     from transformers import PreTrainedTokenizerFast
 
-    from olmo_repo.demo import BASE_DIR
-    from olmo_repo.demo.corpus import build_corpus as build
+    from olmo_repo.experiments.demo import BASE_DIR
+    from olmo_repo.experiments.demo.corpus import build_corpus as build
 
     build(out, PreTrainedTokenizerFast.from_pretrained(BASE_DIR), CORPUS)
     return out
@@ -33,7 +33,7 @@ def random_corpus(out: Path) -> Path:
 
     import numpy as np
 
-    from olmo_repo.demo import BASE_DIR
+    from olmo_repo.experiments.demo import BASE_DIR
 
     out.mkdir(parents=True)
     ids = np.random.default_rng(0).integers(2, 4096, size=CORPUS["stage2"] * 512, dtype=np.uint32)
