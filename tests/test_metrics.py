@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from olmo_repo.demo.training import _Progress
+from olmo_repo.experiments.demo.training import _Progress
 from olmo_repo.metrics import append_metrics, read_metrics, trim_metrics
 
 LOSS = "train/CrossEntropyLoss"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from olmo_repo.cli import flops
-from olmo_repo.demo import BASE_DIR
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.terminal import QuietStream
 
 from .dead_terminal import run_to_head

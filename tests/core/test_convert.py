@@ -10,8 +10,8 @@ from olmo_core.nn.attention import SlidingWindowAttentionConfig
 from transformers import AutoModelForCausalLM, Olmo2ForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.hf import read_hf_config
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import RepoAttention

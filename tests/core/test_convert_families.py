@@ -23,8 +23,8 @@ from transformers import (
 
 import olmo_repo.hf  # noqa: F401  (registers repo_llama and repo_qwen3 with the Auto classes)
 from olmo_repo.cli import core_convert_from_hf, core_convert_to_hf
-from olmo_repo.demo import BASE_DIR
 from olmo_repo.errors import RepoError
+from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.fit import f_phi_layer
 from olmo_repo.hf import read_hf_config
 from olmo_repo.hf.formats import ALL_MODEL_TYPES
