@@ -54,7 +54,7 @@ from transformers import StaticCache
 
 from olmo_repo.hf.files import MODEL_CLASSES
 from olmo_repo.olmocore import with_position_modes
-from olmo_repo.olmocore.convert import hf_config_from_core, hf_state_from_core
+from olmo_repo.olmocore.convert import hf_config_from_core, state_to_hf
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def as_hf(
     hf_config = hf_config_from_core(core, eos_token_id=None, pad_token_id=None)
     with torch.device(device):
         hf = MODEL_CLASSES[type(hf_config)](hf_config)
-    state = hf_state_from_core(model.state_dict(), core.n_layers, core.tie_word_embeddings)
+    state = state_to_hf(hf_config, model.state_dict())
     hf.load_state_dict(state, strict=True, assign=True)
     return hf.eval()
 

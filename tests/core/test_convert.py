@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 from olmo_core.nn.attention import SlidingWindowAttentionConfig
-from transformers import AutoModelForCausalLM, Olmo2ForCausalLM
+from olmo_core.nn.rope import StepwiseRoPEScalingConfig
+from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 import olmo_repo.hf  # noqa: F401  (registers repo_olmo2 with the Auto classes)
 from olmo_repo.errors import RepoError
@@ -221,6 +222,65 @@ def test_olmo3_with_different_ropes_per_layer_type_is_refused_naming_the_key(tmp
         RepoError, match=r"rope_parameters.sliding_attention and rope_parameters.full_attention"
     ):
         hf_to_core(tmp_path / "hf", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("shape", ["olmo2", "olmo3"])
+def test_olmo_shapes_convert_llama3_rope_scaling(tmp_path, shape):
+    """Llama 3's RoPE scaling (OLMo-core's step-wise scaling, its original length shorter than the test sequence)
+    in the Olmo 2 and 3 shapes -> `rope_type: llama3` (Olmo 3: for both layer types): HF's logits and positions
+    equal OLMo-core's in fp32, and back to OLMo-core bit-exact."""
+    window = SlidingWindowAttentionConfig(pattern=[5, 5, 5, -1], force_full_attention_on_first_layer=False)
+    config = olmo2_tiny(
+        "repo",
+        1,
+        vocab_size=4096,
+        rope_scaling=StepwiseRoPEScalingConfig(factor=8.0, old_context_len=8),
+        sliding_window=window if shape == "olmo3" else None,
+    )
+    model, core_dir = _save_core(tmp_path, config)
+    hf_dir = core_to_hf(core_dir, tmp_path / "hf")
+    rope = json.loads((hf_dir / "config.json").read_text())["rope_parameters"]
+    ropes = list(rope.values()) if shape == "olmo3" else [rope]
+    assert {r["rope_type"] for r in ropes} == {"llama3"}
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, trust_remote_code=True, dtype=torch.float32).eval()
+    _assert_same_model(hf, model, config, None)
+    _assert_round_trip(hf_dir, model, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"hidden_act": "gelu"}, r"hidden_act='gelu' has no OLMo-core counterpart; allowed: 'silu'"),
+        ({"attention_bias": True}, r"attention_bias=true has no counterpart in the Olmo 2 and 3 shapes"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e4,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                    "attention_factor": 1.5,
+                }
+            },
+            r"rope_parameters.attention_factor has no counterpart in OLMo-core's yarn RoPE",
+        ),
+    ],
+)
+def test_bad_olmo2_configs_are_refused_in_one_line_naming_the_key(tmp_path, extra, message):
+    """An HF Olmo 2 that OLMo-core's Olmo 2 shape cannot express: one line naming the key, nothing written."""
+    config = Olmo2Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        vocab_size=128,
+        **extra,
+    )
+    Olmo2ForCausalLM(config).save_pretrained(tmp_path / "bad")
+    with pytest.raises(RepoError, match=message) as error:
+        hf_to_core(tmp_path / "bad", tmp_path / "out")
+    assert len(str(error.value).splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 

@@ -31,7 +31,7 @@ from olmo_repo.hf.formats import ALL_MODEL_TYPES
 from olmo_repo.modes import F_PHI_WEIGHTS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import RepoAttention, with_position_modes
-from olmo_repo.olmocore.convert import LLAMA, QWEN3, core_config_from_hf
+from olmo_repo.olmocore.convert import FAMILIES, core_config_from_hf
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
 from olmo_repo.olmocore.stage1 import check_stage1
 from olmo_repo.rope import record_positions
@@ -365,7 +365,7 @@ def test_an_olmo_core_model_of_no_hf_shape_is_refused_naming_the_key(tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("family", [LLAMA, QWEN3], ids=["llama", "qwen3"])
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda family: family.stock.model_type)
 def test_each_family_table_covers_every_key_of_its_hf_config(family):
     """Every key transformers' config class adds to PreTrainedConfig is a table row, a fixed value or a key with
     a reason to live elsewhere: a key added by a new transformers fails here, not silently in a conversion."""
