@@ -3,7 +3,8 @@
 Imports OLMo-core, transformers and the RePo core (`olmo_repo.rope`, `olmo_repo.modes`), never ai2-olmo.
 
     attention    RepoAttentionConfig (SequenceMixerConfig "repo"), with_position_modes(preset, ...)
-    convert      OLMo-core <-> HF key maps and configs (the Olmo 2 and Olmo 3 shapes, Llama, Qwen 3)
+    convert      OLMo-core <-> HF configs and weights: one mechanism over the family tables, OLMo-core's converters
+    families     the HF family tables (Olmo 2, Olmo 3, Llama, Qwen 3): a Row per HF key, read both ways
     checkpoint   OLMo-core checkpoints: config.json, model-only checkpoints, load_model
     hf           core_to_hf / hf_to_core (checkpoint directories <-> HF directories)
     stage1       strict stage-1 initialisation (base bit-exact, RePo weights new, optimizer state continued)
