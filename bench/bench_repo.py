@@ -7,7 +7,7 @@
 Variants share the base weights and the inputs; repetitions are interleaved in a shuffled order each round,
 so drift of a shared machine hits every variant alike. `repo-reference` is RePo with the reference
 implementation's approach to rotation: per-head fp32 cos/sin tables [B, H, T, d] built by autograd and kept
-for backward (`olmo_repo.rope.rotate_reference`). The GPU sizes time RoPE, RePo (with its Triton kernels) and
+for backward (`olmo_repo.rotation.rotate_reference`). The GPU sizes time RoPE, RePo (with its Triton kernels) and
 `repo-torch`, RePo without them (the torch code: `olmo_repo.rope.set_kernels(model, "torch")`). Several sizes run one
 after the other in the same process
 (`--size cpu,cpu-gqa`: multi-head and grouped-query attention) and end with a side-by-side table. The last
@@ -58,8 +58,10 @@ from tqdm import tqdm
 
 import olmo_repo.rope
 from olmo_repo import RepoModelConfig, build_model, olmo2_model_config
+from olmo_repo.kernels import select
 from olmo_repo.modes import is_f_phi_param
-from olmo_repo.rope import rotate_reference, set_kernels
+from olmo_repo.rope import set_kernels
+from olmo_repo.rotation import rotate_reference
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,7 @@ def component_times(
             repo_block.apply_positions(q[:1, :, :1], k[:1, :, :1], repo_block.predict_positions(x[:1, :1]))
 
     pieces = {"f_phi": f_phi(None)}
-    if olmo_repo.rope._kernels(None, q, k, positions) is not None:
+    if select.runs(None, q, k, positions):
         pieces |= {"f_phi-torch": f_phi("torch"), "rotation-kernel": rotation(None)}
     pieces |= {
         "rotation-eager": rotation("torch", compiled=False),
@@ -379,7 +381,7 @@ def run(size_name: str, reps: int | None, device: str, seed: int = 0) -> dict:
 
 def kernels_in_use(device: str) -> str | None:
     """The Triton version whose kernels RePo runs on `device`, or None (the torch code: CPU)."""
-    if olmo_repo.rope._kernels(None, torch.zeros(1, device=device)) is None:
+    if not select.runs(None, torch.zeros(1, device=device)):
         return None
     import triton
 

@@ -1,7 +1,7 @@
 """The position-mode spec: which layers use which positions. Standard library only.
 
 One rule, read by every backend (the OLMo side, Hugging Face, vLLM, OLMo-core) and shipped in converted
-checkpoints as remote code beside `rope.py`:
+checkpoints as remote code beside `rope.py` and `rotation.py`:
 
     a layer takes `pe_mode` when its id is >= `pe_start_layer` and, if `pe_layer_ids` is set, in that list;
     every other layer keeps stock RoPE.

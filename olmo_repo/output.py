@@ -66,6 +66,7 @@ OUTPUT_NAMES = (
     "configuration_repo_qwen3.py",
     "modeling_repo_qwen3.py",
     "rope.py",
+    "rotation.py",
     "modes.py",
     # an unsharded OLMo checkpoint (convert_from_hf, unshard)
     "config.yaml",

@@ -1,9 +1,9 @@
-"""The one RePo layer core, torch only: f_phi (the positions), RoPE from real positions, and `RepoLayer`.
+"""The RePo math and the layer, torch only: f_phi (the positions), the index blend, and `RepoLayer`.
 
 Every backend (the OLMo block, the Hugging Face and vLLM attentions, the OLMo-core attention) mixes
 `RepoLayer` into the module that owns q and k, and keeps only its own plumbing (cache, bias channel, dtype
-policy). This file also travels into converted Hugging Face checkpoints as remote code (with `modes.py`):
-keep it torch-only.
+policy). This file also travels into converted Hugging Face checkpoints as remote code (with `rotation.py` and
+`modes.py`): keep it torch-only.
 
 f_phi maps a layer's input x [..., T, d_model] to one real position per key/value head and token,
 
@@ -17,39 +17,23 @@ on a GPU. The product and final_map run in fp32. With grouped-query attention th
 share their key/value head's position, so the score of query head h in group g is q_i^T R(z_j^g - z_i^g) k_j
 and the KV cache keeps its grouped size; with n_kv_heads == n_heads this is the paper's one position per head.
 
-For a head of size d and a real position z, pair k (k < d/2) of a query or key vector is rotated by the angle
+q and k are rotated by these positions as RoPE rotates by token indices (`olmo_repo.rotation`, which derives
+the rotation and its gradient); YaRN's attention factor multiplies the rotated q and k, as stock RoPE layers
+apply it to cos/sin.
 
-    angle_k = z * inv_freq_k,    inv_freq_k = theta^(-2k/d)   (or the config's scaled RoPE: linear, YaRN)
-
-in the split-halves layout (element k pairs with element k + d/2, "rotate_half"). With z = 0..T-1 this is
-stock RoPE. Angles are computed in fp32 with autocast off, whatever the model's dtype. YaRN's attention
-factor multiplies the rotated q and k, as stock RoPE layers apply it to cos/sin.
-
-`rotate` is the training path: a custom autograd function that keeps only the positions and the rotated
-output (which attention keeps anyway) for backward, instead of per-head cos/sin tables [B, H, T, d]. Its
-gradient with respect to the positions follows from d(R(a) x)/da = R(a + pi/2) x:
-
-    out = (x1 cos - x2 sin, x2 cos + x1 sin)
-    dL/dx   = (g1 cos + g2 sin, g2 cos - g1 sin)                  # R^T g
-    dL/dz   = sum_k inv_freq_k * (g2_k out1_k - g1_k out2_k)      # summed over a query group
-
-On CUDA, f_phi and the rotation run RePo's own Triton kernels (`olmo_repo.kernels`; where: `set_kernels` and
-`OLMO_REPO_KERNELS`, decided in `olmo_repo.kernels.select`, each variant checked on its device first): gate_map
-and content_map as one GEMM with fp32 output (their weights joined at each call), SiLU, product and final_map in
-one pass, and the rotation of a key/value head's query group and key in one pass per direction, angles fp32 in
-the kernel. The torch code in this file is their reference and runs everywhere else: on CPU (eagerly: compiling
-costs seconds per process and would not repay itself), for float64 and tensor-parallel (DTensor) weights, inside
+On CUDA, f_phi and the rotation run RePo's own Triton kernels (`olmo_repo.kernels`: gate_map and content_map as
+one GEMM with fp32 output, SiLU, product and final_map in one pass; the rotation of a key/value head's query
+group and key in one pass per direction), where `olmo_repo.kernels.select` picks them (`set_kernels`,
+`OLMO_REPO_KERNELS`; each variant checked on its device first). The torch code here and in `rotation.py` is
+their reference and runs everywhere else: on CPU, for float64 and tensor-parallel (DTensor) weights, inside
 torch.compile's tracing (which fuses it: vLLM's compiled model), and where Triton or the kernels are absent (a
-converted checkpoint's remote code carries this file without them). Without the kernels, `rotate_qk` runs
-through torch.compile on CUDA, which fuses its ~10 elementwise passes per direction (`bench/bench_repo.py` times
-every variant).
+converted checkpoint's remote code carries this file without them).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import warnings
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -58,37 +42,24 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.torch_version import TorchVersion
 from torch.utils.checkpoint import checkpoint
 
-from .modes import (
-    F_PHI_HIDDEN_RATIO,
-    F_PHI_WEIGHTS,
-    INDEX_BLEND_METRIC,
-    POSITIONS_METRIC,
-    PositionMode,
-    PositionSource,
-)
+from .modes import F_PHI_HIDDEN_RATIO, F_PHI_WEIGHTS, PositionMode, PositionSource
+from .rotation import inv_frequencies, no_autocast, rotate_forward, rotate_qk
 
 __all__ = [
-    "COMPILED_ROTATION",
     "LinearFp32Out",
     "RepoLayer",
     "blend_positions",
     "check_final_map_rows",
     "f_phi",
-    "inv_frequencies",
     "observe_positions",
-    "position_stats",
     "rank_kv_heads",
     "record_positions",
     "repo_layers",
-    "rotate",
-    "rotate_forward",
-    "rotate_qk",
-    "rotate_reference",
     "set_index_blend",
     "set_kernels",
-    "spread",
 ]
 
 
@@ -105,7 +76,7 @@ def f_phi(
     autocast = torch.is_autocast_enabled(device) and x.dtype != torch.float64
     low = torch.get_autocast_dtype(device) if autocast else x.dtype
     dtype = torch.promote_types(low, torch.float32)
-    with _no_autocast(device):
+    with no_autocast(device):
         if low in (torch.bfloat16, torch.float16):
             x = x.to(low)
             project = lambda w: _linear_fp32_out(x, w.to(low))  # noqa: E731
@@ -126,23 +97,19 @@ def f_phi(
 
 
 KERNELS = (None, "torch", "kernels")
-"""Where a RePo layer runs RePo's kernels (`RepoLayer.repo_kernels`, `set_kernels`): None as `OLMO_REPO_KERNELS`
-says (`olmo_repo.kernels.select`: on CUDA, each variant checked there first, by default), "torch" nowhere (the
-torch code: benchmarks compare the two), "kernels" on every device (CPU tensors too, under Triton's interpreter,
-`TRITON_INTERPRET=1`: how the tests run them without a GPU)."""
+"""Where a RePo layer runs RePo's kernels (`RepoLayer.repo_kernels`, `set_kernels`; `olmo_repo.kernels.select`
+says what each means): None as `OLMO_REPO_KERNELS` says, "torch" nowhere, "kernels" on every device."""
 
 
 def _kernels(where: str | None, *tensors: Tensor) -> ModuleType | None:
-    """`olmo_repo.kernels` if its kernels are wanted on these tensors (`KERNELS`), else None: the torch code runs.
-    None also inside torch.compile's tracing (it fuses the torch code itself; vLLM's compiled model), for dtypes
-    or tensors the kernels do not take (`kernels.supports`), and where they do not import. Whether a kernel's
-    variant then runs is the kernel module's `ready`."""
+    """`olmo_repo.kernels` where `kernels.select.runs` picks them for these tensors, else None: the torch code
+    runs. Whether a kernel's variant then runs is the kernel module's `ready`."""
     if where == "torch" or (where is None and not tensors[0].is_cuda) or _compiling():
-        return None  # (asked before the import: a traced graph must not break, vLLM's is traced whole)
-    kernels = _import_kernels()
-    if kernels is None or not kernels.supports(*tensors):
+        # Decided before the import: remote code may have no kernels, a CPU run needs none (nor Triton's import),
+        # and a graph being traced must not break (vLLM traces its model whole).
         return None
-    return kernels if kernels.select.wanted(where, tensors[0].device) else None
+    kernels = _import_kernels()
+    return kernels if kernels is not None and kernels.select.runs(where, *tensors) else None
 
 
 # torch.compiler.is_compiling (torch >= 2.3); a converted checkpoint may meet an older torch, which cannot trace.
@@ -160,17 +127,9 @@ def _import_kernels() -> ModuleType | None:
     return kernels
 
 
-# torch.mm(..., out_dtype) (the `aten::mm.dtype` overload) is recent; converted checkpoints may meet an older torch
-# (then: fp32 copies).
-_MM_HAS_OUT_DTYPE = "dtype" in getattr(torch.ops.aten.mm, "overloads", list)()
-
-
-def _no_autocast(device: str) -> contextlib.AbstractContextManager:
-    """Autocast off on `device`; no context at all where it is off already (a decode step enters this for
-    every RePo layer, and the context costs microseconds)."""
-    if torch.is_autocast_enabled(device):
-        return torch.autocast(device, enabled=False)
-    return contextlib.nullcontext()
+# torch.mm(..., out_dtype) (the `aten::mm.dtype` overload) is torch 2.8's; converted checkpoints may meet an older
+# torch (then: fp32 copies).
+_MM_HAS_OUT_DTYPE = TorchVersion(torch.__version__) >= (2, 8)
 
 
 def _mm_fp32_out(x: Tensor, w: Tensor) -> Tensor:
@@ -216,111 +175,6 @@ class LinearFp32Out(torch.autograd.Function):
         return grad_x, grad_w
 
 
-@functools.lru_cache(maxsize=16)
-def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None) -> Tensor:
-    """theta^(-2k/d) for k < d/2, fp32. Shape [d/2]. Cached: every RePo layer asks on every forward."""
-    with torch.inference_mode(False):  # a cached inference tensor could not be saved for backward later
-        return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-
-
-def _compute_dtype(x: Tensor, positions: Tensor) -> torch.dtype:
-    """fp32, or float64 when an input is float64 (gradcheck)."""
-    return torch.promote_types(torch.promote_types(x.dtype, positions.dtype), torch.float32)
-
-
-def _cos_sin(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    angles = positions.to(dtype).unsqueeze(-1) * inv_freq.to(dtype)  # [B, H, T, d/2]
-    return angles.cos(), angles.sin()
-
-
-def rotate_forward(positions: Tensor, inv_freq: Tensor, xs: list[Tensor]) -> list[Tensor]:
-    """`rotate`'s forward without its autograd wrapper (which torch.compile cannot trace): every x [..., d]
-    rotated by positions broadcastable to x.shape[:-1], fp32 angles; each result laid out in memory as its x is
-    (attention's output then follows q's layout, and the output projection reads it without a copy, as after a
-    RoPE layer)."""
-    with _no_autocast(positions.device.type):
-        dtype = _compute_dtype(xs[0], positions)
-        cos, sin = _cos_sin(positions, inv_freq, dtype)
-        outs = []
-        for x in xs:
-            x1, x2 = x.to(dtype).chunk(2, dim=-1)
-            out = torch.empty_like(x)
-            out[..., : x1.shape[-1]] = x1 * cos - x2 * sin  # rounded into x's dtype by the copy
-            out[..., x1.shape[-1] :] = x2 * cos + x1 * sin
-            outs.append(out)
-    return outs
-
-
-def _rotate_backward(
-    positions: Tensor,
-    inv_freq: Tensor,
-    grads: list[Tensor | None],
-    outs: list[Tensor],
-    need_x: list[bool],
-    need_pos: bool,
-) -> tuple[Tensor | None, list[Tensor | None]]:
-    grad_pos, grad_xs = None, []
-    with torch.autocast(positions.device.type, enabled=False):
-        dtype = _compute_dtype(outs[0], positions)
-        cos, sin = _cos_sin(positions, inv_freq, dtype)
-        for grad, out, needed in zip(grads, outs, need_x):
-            if grad is None:
-                grad_xs.append(None)
-                continue
-            g1, g2 = grad.to(dtype).chunk(2, dim=-1)
-            grad_xs.append(
-                torch.cat((g1 * cos + g2 * sin, g2 * cos - g1 * sin), dim=-1).to(grad.dtype)
-                if needed
-                else None
-            )
-            if need_pos:
-                o1, o2 = out.to(dtype).chunk(2, dim=-1)
-                # [..., H, T], summed over what the positions were broadcast to (a GQA query group)
-                term = ((g2 * o1 - g1 * o2) * inv_freq).sum(-1).sum_to_size(positions.shape)
-                grad_pos = term if grad_pos is None else grad_pos + term
-    return (None if grad_pos is None else grad_pos.to(positions.dtype)), grad_xs
-
-
-def _specialisation(args: tuple) -> tuple:
-    """What torch.compile (dynamic shapes) compiles a graph per: each tensor's device, dtype and number of dims,
-    every other argument's value (lists of tensors looked into)."""
-    key = []
-    for arg in args:
-        for a in arg if isinstance(arg, list) else (arg,):
-            key.append((a.device, a.dtype, a.dim()) if isinstance(a, Tensor) else a)
-    return tuple(key)
-
-
-class _CompileOrFallBack:
-    """`torch.compile(fn)`, built on first use; where compiling fails, `fn` itself from then on for that
-    specialisation (`_specialisation`: `failed`), with one warning; other specialisations still compile."""
-
-    def __init__(self, fn: Callable):
-        self.fn, self.compiled, self.failed = fn, None, set()
-
-    def __call__(self, *args):
-        key = _specialisation(args)
-        if key in self.failed:
-            return self.fn(*args)
-        if self.compiled is None:
-            self.compiled = torch.compile(self.fn, dynamic=True)
-        try:
-            return self.compiled(*args)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as e:  # no compiler or Triton, an unsupported torch: the eager path is exact too
-            self.failed.add(key)
-            warnings.warn(
-                f"torch.compile of {self.fn.__name__} failed, running it eagerly for this specialisation: {e!r}",
-                stacklevel=2,
-            )
-            return self.fn(*args)
-
-
-_EAGER = (rotate_forward, _rotate_backward)
-COMPILED_ROTATION = (_CompileOrFallBack(rotate_forward), _CompileOrFallBack(_rotate_backward))
-
-
 class _SharedCast(torch.autograd.Function):
     """`low` (x cast to a lower precision, made once) as one reader's cast of x: the same storage for every reader,
     each with a gradient of its own that returns to x in x's dtype (what autocast's cast of x does)."""
@@ -336,78 +190,38 @@ class _SharedCast(torch.autograd.Function):
         return grad.to(ctx.dtype), None
 
 
-class _Rotate(torch.autograd.Function):
-    """Rotate several tensors (a layer's q and k) by the same positions: cos/sin are computed once."""
-
-    @staticmethod
-    def forward(ctx, positions: Tensor, inv_freq: Tensor, compiled: bool, *xs: Tensor) -> tuple[Tensor, ...]:
-        forward, ctx.backward_fn = COMPILED_ROTATION if compiled else _EAGER
-        outs = forward(positions, inv_freq, list(xs))
-        ctx.save_for_backward(positions, inv_freq, *outs)
-        return tuple(outs)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        positions, inv_freq, *outs = ctx.saved_tensors
-        need_pos, _, _, *need_x = ctx.needs_input_grad
-        grad_pos, grad_xs = ctx.backward_fn(positions, inv_freq, list(grads), outs, need_x, need_pos)
-        return (grad_pos, None, None, *grad_xs)
-
-
-def rotate(x: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None) -> Tensor:
-    """Rotate x [B, H, T, d] by per-head positions [B, H, T] (fp32; any shape that broadcasts to
-    x.shape[:-1]). Returns x's shape and dtype.
-
-    `compiled`: run the rotation through torch.compile; None (the default) does so on CUDA only.
-    """
-    return _Rotate.apply(positions, inv_freq, x.is_cuda if compiled is None else compiled, x)[0]
-
-
-def rotate_qk(
-    q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, compiled: bool | None = None
-) -> tuple[Tensor, Tensor]:
-    """`rotate` for a layer's q and k [B, H, T, d] at once, sharing the cos/sin work (positions broadcast to
-    both)."""
-    return _Rotate.apply(positions, inv_freq, q.is_cuda if compiled is None else compiled, q, k)
-
-
-def rotate_reference(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """The plain formula, differentiated by autograd (materialises cos/sin). For tests and benchmarks."""
-    with torch.autocast(x.device.type, enabled=False):
-        dtype = _compute_dtype(x, positions)
-        cos, sin = _cos_sin(positions, inv_freq, dtype)
-        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # [B, H, T, d]
-        x1, x2 = x.to(dtype).chunk(2, dim=-1)
-        return (x.to(dtype) * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
-
-
 # ------------------------------------------------------------------------------------------ the RePo layer
 
 
 class RepoLayer:
-    """The RePo part of the module that owns a layer's q and k, as a mixin (it has no `__init__`).
+    """The RePo part of the module that owns a layer's q and k, as a mixin.
 
     The owner (`olmo_repo.ai2olmo.block.RepoSequentialBlock`, the HF and vLLM `RepoOlmo2Attention`, the OLMo-core
-    attention) calls `init_repo` after its own `__init__`, then `predict_positions(x)` and
-    `apply_positions(q, k, positions)` (or both at once: `reposition`) where its stock code applies RoPE.
-    In `repo` mode `init_repo` adds f_phi's weights as the owner's own children (`<owner>.gate_map.weight`,
-    ...: the state-dict names of every checkpoint) and `positions_out`, the one place where positions are
-    observed (`observe_positions`). `nope` layers rotate nothing. Stock RoPE layers are not `RepoLayer`s.
+    attention) calls `init_repo` in its own `__init__`, after its stock module's, which sets every attribute below;
+    then `predict_positions(x)` and `apply_positions(q, k, positions)` (or both at once: `reposition`) where its
+    stock code applies RoPE. In `repo` mode `init_repo` adds f_phi's weights as the owner's own children
+    (`<owner>.gate_map.weight`, ...: the state-dict names of every checkpoint) and `positions_out`, the one place
+    where positions are observed (`observe_positions`). `nope` layers rotate nothing. Stock RoPE layers are not
+    `RepoLayer`s (vLLM's attention is one in every layer, and runs its stock forward in `rope` ones).
     """
 
-    pe_mode: PositionMode = PositionMode.rope
+    pe_mode: PositionMode
     layer_id: int
-    f_phi_rows: range
-    index_blend: float = 0.0
+    index_blend: float
     """p of the index blend (`modes.PositionKeys`): q and k are rotated by (1 - p) z + p i. The trainers set it
     every step (`set_index_blend`); HF and vLLM from the config's `pe_blend`."""
-    position_source: PositionSource = PositionSource.learned
+    position_source: PositionSource
     """What q and k are rotated by (`modes.PositionSource`): f_phi's positions, or, as an ablation at
     evaluation, the token index or one constant position."""
-    """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
-    repo_kernels: str | None = None
+    repo_kernels: str | None
     """Where this layer runs RePo's kernels (`KERNELS`, `set_kernels`); None: as `OLMO_REPO_KERNELS` says."""
+    repo_n_kv_heads: int
+    """The model's key/value heads: the rows of a checkpoint's final_map."""
+    f_phi_rows: range
+    """The rows of final_map (key/value heads) this module holds: all of them, or a tensor-parallel slice."""
+    repo_head_dim: int
+    repo_rope_theta: float | None
+    """With `repo_head_dim`, stock RoPE's frequencies (`rope_frequencies`); None where a backend overrides it."""
 
     def init_repo(
         self,
@@ -436,11 +250,12 @@ class RepoLayer:
         assert isinstance(self, nn.Module), "RepoLayer is mixed into an nn.Module"
         self.pe_mode, self.layer_id = PositionMode(str(pe_mode)), layer_id
         self.index_blend, self.position_source = float(index_blend), PositionSource(str(position_source))
+        self.repo_kernels = None
+        self.repo_n_kv_heads = n_kv_heads
+        self.f_phi_rows = range(n_kv_heads) if kv_heads is None else kv_heads
         self.repo_head_dim, self.repo_rope_theta = head_dim, rope_theta
         if self.pe_mode != PositionMode.repo:
             return
-        self.repo_n_kv_heads = n_kv_heads
-        self.f_phi_rows = range(n_kv_heads) if kv_heads is None else kv_heads
         hidden = d_model // F_PHI_HIDDEN_RATIO
         shapes = ((d_model, hidden), (d_model, hidden), (hidden, len(self.f_phi_rows)))
         for name, (d_in, d_out) in zip(F_PHI_WEIGHTS, shapes, strict=True):
@@ -659,57 +474,6 @@ def record_positions(model: nn.Module) -> Iterator[dict[int, Tensor]]:
         yield positions
 
 
-@contextmanager
-def position_stats(model: nn.Module) -> Iterator[dict[str, float]]:
-    """The training metrics of the positions (`modes.POSITIONS_METRIC` with each of `modes.POSITION_STATS` per
-    RePo layer; `modes.INDEX_BLEND_METRIC` while a blend is on) of the first forward of each RePo layer of
-    `model` while the block runs: the first micro-batch of a step, later ones and activation-checkpoint
-    recomputations left out. A tensor-parallel layer's positions are gathered first. Both trainers log these,
-    one rule for what they mean."""
-    stats: dict[str, float] = {}
-    layers = repo_layers(model)
-    if layers and layers[0].index_blend > 0:
-        stats[INDEX_BLEND_METRIC] = layers[0].index_blend
-
-    def record(layer: int, z: Tensor) -> None:  # z [B, H_kv, T]
-        key = lambda stat: POSITIONS_METRIC.format(layer=layer, stat=stat)  # noqa: E731
-        if key("std") in stats:
-            return
-        z = (z.full_tensor() if hasattr(z, "full_tensor") else z).detach().float()  # DTensor under TP
-        stats.update({key(stat): value for stat, value in spread(z).items()})
-
-    with observe_positions(model, record):
-        yield stats
-
-
-def spread(z: Tensor) -> dict[str, float]:
-    """`modes.POSITION_STATS` of positions z [..., T]: min, max, std, 5th and 95th percentile of every value,
-    and Spearman's rank correlation of each row with the token index 0..T-1, averaged over the rows (a row
-    of equal values counts 0)."""
-    z = z.detach().float()
-    flat = z.flatten()
-    if flat.numel() > 1 << 24:  # torch.quantile's limit: an even subsample
-        flat = flat[:: flat.numel() // (1 << 24) + 1]
-    p05, p95 = torch.quantile(flat, torch.tensor([0.05, 0.95], device=flat.device)).tolist()
-    rows = z.reshape(-1, z.shape[-1])  # [rows, T]
-    ranks = rows.argsort(-1).argsort(-1).float()
-    ranks = ranks - ranks.mean(-1, keepdim=True)
-    steps = torch.arange(rows.shape[-1], device=z.device, dtype=torch.float32)
-    steps = steps - steps.mean()
-    denom = ranks.norm(dim=-1) * steps.norm()
-    corr = torch.where(denom > 0, (ranks * steps).sum(-1) / denom.clamp_min(1e-30), 0.0)
-    constant = rows.amax(-1) == rows.amin(-1)  # argsort ranks ties in index order: not an ordering
-    corr = torch.where(constant, 0.0, corr)
-    return {
-        "min": z.min().item(),
-        "max": z.max().item(),
-        "std": z.std().item() if z.numel() > 1 else 0.0,
-        "p05": p05,
-        "p95": p95,
-        "rank_corr": corr.mean().item(),
-    }
-
-
 def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
     """The key/value heads (and so the positions) that tensor-parallel rank `tp_rank` of `tp_size` holds: the
     heads split evenly over the ranks, or, with fewer heads than ranks, each head replicated over
@@ -717,3 +481,12 @@ def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
     per_rank = max(1, n_kv_heads // tp_size)
     first = (tp_rank // max(1, tp_size // n_kv_heads)) * per_rank
     return range(first, first + per_rank)
+
+
+def __getattr__(name: str) -> object:
+    """`spread` moved to `olmo_repo.positions`; found here too until the experiments import it from there."""
+    if (
+        name == "spread"
+    ):  # imported by name, not statically: this file is remote code, which has no positions.py
+        return importlib.import_module(f"{__package__}.positions").spread
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

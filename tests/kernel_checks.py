@@ -29,11 +29,11 @@ import triton
 from torch import nn
 
 import olmo_repo.kernels
-from olmo_repo import rope
 from olmo_repo.kernels import f_phi as tail_module
 from olmo_repo.kernels import f_phi_tail, rotate_qk, select
 from olmo_repo.kernels import rotation as rotation_module
-from olmo_repo.rope import RepoLayer, inv_frequencies, rotate_reference, set_kernels
+from olmo_repo.rope import RepoLayer, set_kernels
+from olmo_repo.rotation import inv_frequencies, rotate_reference
 
 from .bounds import assert_within, rotation_magnitude, rotation_roundings
 
@@ -233,10 +233,10 @@ def test_the_layer_runs_the_kernels_where_set_kernels_says():
     gen = torch.Generator().manual_seed(3)
     q, k, z = randn(1, 4, 3, HD, gen=gen), randn(1, 2, 3, HD, gen=gen), randn(1, 2, 3, gen=gen)
     # By default on CUDA tensors only; CPU tensors take the torch code.
-    assert rope._kernels(None, q, k, z) is (None if INTERPRETED else olmo_repo.kernels)
-    assert rope._kernels("kernels", q, k, z) is olmo_repo.kernels
-    assert rope._kernels("kernels", q.double(), k.double(), z.double()) is None  # float64: the reference
-    assert rope._kernels("torch", q, k, z) is None
+    assert select.runs(None, q, k, z) is not INTERPRETED
+    assert select.runs("kernels", q, k, z)
+    assert not select.runs("kernels", q.double(), k.double(), z.double())  # float64: the reference
+    assert not select.runs("torch", q, k, z)
     layer = Layer(2)
     with pytest.raises(ValueError, match="kernels='cuda': one of None, 'torch', 'kernels'"):
         set_kernels(layer, "cuda")

@@ -14,7 +14,7 @@ from olmo.config import ModelConfig
 from olmo.model import OLMo, RMSLayerNorm, RotaryEmbedding
 from torch import Tensor
 
-from olmo_repo.rope import rotate_reference
+from olmo_repo.rotation import rotate_reference
 
 from .bounds import assert_within, rotation_magnitude, rotation_roundings
 

@@ -37,7 +37,7 @@ from olmo_repo.cli.explore import main
 from olmo_repo.eval.positions import position_patterns, position_spans
 from olmo_repo.explore.app import create_app, listen
 from olmo_repo.explore.model import MAX_PROMPT_CHARS, BadRequest, ExplorerModel
-from olmo_repo.rope import spread
+from olmo_repo.positions import spread
 
 from .conftest import ROOT, make_checkpoint
 

@@ -353,7 +353,7 @@ def test_remote_code_written_by_save_hf_loads_with_only_transformers(tmp_path):
         save_hf(copy.deepcopy(model.config), state_dict, out, None)
         assert {p.name for p in out.glob("*.py")} == {
             f"configuration_repo_{family}.py", f"modeling_repo_{family}.py", "configuration_repo_olmo2.py",
-            "modeling_repo_olmo2.py", "rope.py", "modes.py",
+            "modeling_repo_olmo2.py", "rope.py", "rotation.py", "modes.py",
         }  # fmt: skip
         with torch.no_grad():
             expected[str(out)] = model(ids).logits

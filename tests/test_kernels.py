@@ -50,7 +50,7 @@ def check(rope):
     layer = Layer()
     rope.set_kernels(layer, "kernels")  # the kernels asked for everywhere: without them the torch code runs
     q, k = layer.reposition(torch.randn(1, 5, 64), torch.randn(1, 4, 5, 16), torch.randn(1, 2, 5, 16))
-    assert rope._import_kernels() is None and q.shape == (1, 4, 5, 16), rope.__name__
+    assert rope.__package__ + ".kernels" not in sys.modules and q.shape == (1, 4, 5, 16), rope.__name__
 
 sys.path.insert(0, sys.argv[1])
 import checkpoint_code.rope  # Triton importable, the kernels package absent: a converted checkpoint's code
@@ -63,12 +63,12 @@ print("ok")
 
 
 def test_rope_runs_without_triton_and_without_the_kernels(tmp_path):
-    """`rope.py` imports the kernels only where they run, guarded: as remote code (beside modes.py in a folder of
-    its own, without the kernels package) and without Triton, a RePo layer runs the torch code."""
+    """`rope.py` imports the kernels only where they run, guarded: as remote code (beside rotation.py and modes.py
+    in a folder of their own, without the kernels package) and without Triton, a RePo layer runs the torch code."""
     folder = tmp_path / "checkpoint_code"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    for name in ("rope.py", "modes.py"):  # what a converted checkpoint carries of the rule set
+    for name in ("rope.py", "rotation.py", "modes.py"):  # what a converted checkpoint carries of the rule set
         (folder / name).write_text((ROOT / "olmo_repo" / name).read_text())
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     command = [sys.executable, "-c", WITHOUT_TRITON, str(tmp_path)]

@@ -18,15 +18,8 @@ from olmo_repo import (
     repo_layer_ids,
 )
 from olmo_repo.modes import PositionSource
-from olmo_repo.rope import (
-    COMPILED_ROTATION,
-    f_phi,
-    inv_frequencies,
-    rotate,
-    rotate_qk,
-    rotate_reference,
-    set_index_blend,
-)
+from olmo_repo.rope import f_phi, set_index_blend
+from olmo_repo.rotation import COMPILED_ROTATION, inv_frequencies, rotate, rotate_qk, rotate_reference
 from olmo_repo.upstream.olmo import STOCK_BLOCK_BUILD
 
 from .conftest import spread_positions, tiny_config
@@ -567,7 +560,7 @@ def test_f_phi_is_recomputed_in_backward_in_mixed_precision(case):
 
 
 def test_inv_frequencies_cached_under_inference_mode_still_train():
-    from olmo_repo.rope import inv_frequencies
+    from olmo_repo.rotation import inv_frequencies
 
     inv_frequencies.cache_clear()
     model = build_model(tiny_config(pe_mode="repo"))

@@ -22,7 +22,8 @@ from olmo_repo.modes import (
     index_blend,
     is_f_phi_param,
 )
-from olmo_repo.rope import RepoLayer, blend_positions, position_stats, set_index_blend, spread
+from olmo_repo.positions import position_stats, spread
+from olmo_repo.rope import RepoLayer, blend_positions, set_index_blend
 
 D, HD, THETA, T = 64, 16, 10_000.0, 12
 

@@ -26,7 +26,7 @@ from olmo_repo.eval.positions import (
     spread_table,
     text_positions,
 )
-from olmo_repo.rope import spread
+from olmo_repo.positions import spread
 
 from .conftest import make_checkpoint
 

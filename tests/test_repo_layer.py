@@ -8,16 +8,8 @@ import torch
 from torch import nn
 
 from olmo_repo.modes import F_PHI_HIDDEN_RATIO, PositionMode
-from olmo_repo.rope import (
-    RepoLayer,
-    f_phi,
-    inv_frequencies,
-    observe_positions,
-    record_positions,
-    repo_layers,
-    rotate_qk,
-    rotate_reference,
-)
+from olmo_repo.rope import RepoLayer, f_phi, observe_positions, record_positions, repo_layers
+from olmo_repo.rotation import inv_frequencies, rotate_qk, rotate_reference
 
 from .numerics import assert_within, rotation_magnitude, rotation_roundings
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from olmo.model import BufferCache, RotaryEmbedding
 
-from olmo_repo.rope import inv_frequencies, rotate, rotate_forward, rotate_qk, rotate_reference
+from olmo_repo.rotation import inv_frequencies, rotate, rotate_forward, rotate_qk, rotate_reference
 
 from .conftest import tiny_config
 from .numerics import assert_within, rotation_magnitude, rotation_roundings

@@ -132,7 +132,7 @@ def test_repo_model_with_flash_attention_matches_sdpa_in_bf16():
 
 
 def test_rotation_runs_compiled_on_cuda_and_matches_float64():
-    from olmo_repo.rope import COMPILED_ROTATION, inv_frequencies, rotate_qk
+    from olmo_repo.rotation import COMPILED_ROTATION, inv_frequencies, rotate_qk
 
     q, k = torch.randn(2, 4, 64, 32, device="cuda"), torch.randn(2, 4, 64, 32, device="cuda")
     z = (torch.randn(2, 4, 64, device="cuda") * 100).requires_grad_()

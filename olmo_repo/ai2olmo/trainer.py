@@ -22,7 +22,8 @@ from olmo.train import Trainer
 
 from ..metrics import METRICS_FILE, append_metrics
 from ..modes import POSITIONS_METRIC, FPhiTraining, index_blend, is_f_phi_param
-from ..rope import position_stats, repo_layers, set_index_blend
+from ..positions import position_stats
+from ..rope import repo_layers, set_index_blend
 from ..upstream import wandb as wandb_upstream
 from ..upstream.olmo import hold_group_settings, scheduled_lr, split_param_group
 from .config import f_phi_has_own_group
@@ -54,7 +55,7 @@ class RepoTrainer(Trainer):
       and whose weight decay is f_phi's, before every step and after every restore (OLMo's Trainer sets one
       lr for every group on both, and resets weight decay on restore: `olmo_repo.upstream.olmo`);
     - at log steps, the statistics of the predicted positions of every RePo layer (first micro-batch, this
-      rank; `rope.position_stats`: `train/positions/layer{i}/{min,max,std,p05,p95,rank_corr}`, and the
+      rank; `positions.position_stats`: `train/positions/layer{i}/{min,max,std,p05,p95,rank_corr}`, and the
       blend's p as `train/positions/index_blend` while it is on) join the metrics (W&B, metrics.jsonl; not
       the console);
     - rank 0 adds every console-logged metrics dict to `save_folder/metrics.jsonl` at full precision, one

@@ -18,7 +18,7 @@ already computed): the model is causal, so the positions of the first T tokens o
 the T-token input.
 
 The spread and order of a layer's positions (`spread_by_layer`) are what the trainers log every step
-(`olmo_repo.rope.spread`, `modes.POSITION_STATS`): min, max, std, 5th and 95th percentile over every value, and
+(`olmo_repo.positions.spread`, `modes.POSITION_STATS`): min, max, std, 5th and 95th percentile over every value, and
 Spearman's rank correlation of each (sequence, head) row with the token index, averaged (1: ordered as the
 tokens, as RoPE's positions; 0: unrelated), so a report and a training log mean the same thing.
 
@@ -39,7 +39,8 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..modes import POSITION_STATS, PositionSource
-from ..rope import repo_layers, spread
+from ..positions import spread
+from ..rope import repo_layers
 from ..tables import markdown_table
 
 __all__ = [
@@ -227,7 +228,7 @@ def span_table(spans: Mapping[int, Mapping[int, Tensor]]) -> str:
 
 
 def spread_by_layer(positions: Mapping[int, Tensor]) -> dict[int, dict[str, float]]:
-    """`rope.spread` of every layer's positions ({layer: [B, H, T]}): {layer: {stat: value}} for each of
+    """`positions.spread` of every layer's positions ({layer: [B, H, T]}): {layer: {stat: value}} for each of
     `modes.POSITION_STATS`, the statistics the trainers log."""
     if not positions:
         raise ValueError("no positions given (the model has no RePo layer?)")

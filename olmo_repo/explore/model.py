@@ -13,7 +13,7 @@ from ..eval.loading import position_overrides, read_config
 from ..eval.positions import model_positions, position_patterns, position_spans
 from ..integrity import ModelOpener, hf_dir_as_is
 from ..modes import PositionSource, layer_modes, repo_layer_ids
-from ..rope import spread
+from ..positions import spread
 
 __all__ = ["CHUNK", "EPS", "MAX_PROMPT_CHARS", "BadRequest", "ExplorerModel"]
 
@@ -98,7 +98,7 @@ class ExplorerModel:
 
         Returns the `tokens` fields plus layers, heads, positions [layers][heads][tokens] (fp32 values),
         spans [layers][heads], patterns [layers] ({"heads": [shares per head], "all": shares of the layer's
-        chunks}, shares: {constant, monotonic, hybrid}), with chunk and eps, and spread [layers] (`rope.spread`
+        chunks}, shares: {constant, monotonic, hybrid}), with chunk and eps, and spread [layers] (`positions.spread`
         of the heads': {min, max, std, p05, p95, rank_corr}, as the trainers log them). Raises `BadRequest`.
         """
         if not self.repo_layers:

@@ -75,6 +75,7 @@ _OLMO2_CODE = {
     "configuration_repo_olmo2.py": HF_DIR / "configuration_repo_olmo2.py",
     "modeling_repo_olmo2.py": HF_DIR / "modeling_repo_olmo2.py",
     "rope.py": HF_DIR.parent / "rope.py",
+    "rotation.py": HF_DIR.parent / "rotation.py",
     "modes.py": HF_DIR.parent / "modes.py",
 }
 REMOTE_CODE = {
@@ -92,8 +93,9 @@ REMOTE_CODE = {
         )
     },
 }
-"""Remote code of a converted RePo checkpoint, by model type: its modeling files, `olmo_repo/rope.py` and
-`olmo_repo/modes.py` (and `modeling_repo_olmo2.py`, `configuration_repo_olmo2.py` for every other family)."""
+"""Remote code of a converted RePo checkpoint, by model type: its modeling files, `olmo_repo/rope.py` (with the
+`rotation.py` it imports) and `olmo_repo/modes.py` (and `modeling_repo_olmo2.py`, `configuration_repo_olmo2.py`
+for every other family)."""
 AUTO_MAP = {
     model_type: {
         "AutoConfig": f"configuration_{model_type}.{name}Config",

@@ -14,7 +14,7 @@ mixins as OLMo 2/3:
   untied embeddings as the config says.
 
 Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_llama.py`,
-`configuration_repo_olmo2.py`, `rope.py` and `modes.py`.
+`configuration_repo_olmo2.py`, `rope.py`, `rotation.py` and `modes.py`.
 """
 
 from __future__ import annotations

@@ -29,9 +29,10 @@ The four mixins hold all of it; OLMo 3's, Llama's and Qwen 3's classes (`modelin
 `modeling_repo_llama.py`, `modeling_repo_qwen3.py`) are the same mixins over transformers' Olmo3, Llama and
 Qwen3, each stating only how its attention projects q, k and v (`RepoAttentionMixin.project_qkv`).
 
-This file, `configuration_repo_olmo2.py`, `rope.py` and `modes.py` are copied into converted checkpoints as
-remote code, so it imports only torch, transformers and its neighbours (relative imports). Inside the
-package, `olmo_repo/hf/rope.py` re-exports `olmo_repo.rope`; in a checkpoint it is a copy of that file.
+This file, `configuration_repo_olmo2.py`, `rope.py` (with its `rotation.py`) and `modes.py` are copied into
+converted checkpoints as remote code, so it imports only torch, transformers and its neighbours (relative
+imports). Inside the package, `olmo_repo/hf/rope.py` re-exports `olmo_repo.rope`; in a checkpoint it is a copy
+of that file.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ attention, and each layer type has its own RoPE (`rope_parameters.sliding_attent
 - `RepoOlmo3DecoderLayer`, `RepoOlmo3Model`, `RepoOlmo3ForCausalLM`: `Olmo3DecoderLayer`, `Olmo3Model`,
   `Olmo3ForCausalLM` with those attentions and `output_positions` ({layer id: [B, H_kv, T] fp32}).
 
-Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configuration files, `rope.py` and
-`modes.py`.
+Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configuration files, `rope.py`,
+`rotation.py` and `modes.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The rotation of q and k at real per-(token, key/value head) positions, forward and backward, in Triton.
 
-The math is `olmo_repo.rope`'s (its docstring derives it; its torch code is the reference and the CPU path): pair
+The math is `olmo_repo.rotation`'s (its docstring derives it; its torch code is the reference and the CPU path): pair
 k < d/2 of a head (split halves: element k with element k + d/2) turns by angle_k = z * inv_freq_k, and YaRN's
 attention factor s multiplies the result, as `RepoLayer.apply_positions` applies it:
 
@@ -18,7 +18,7 @@ math), then turns the key/value head's query group and its key with them, so eac
 group. Arithmetic is fp32 whatever q and k are (bf16, fp16, fp32); FP fusion is off, so products and sums round
 as the reference's separate ops do. The backward sums dL/dz over the group's query heads and the key in
 registers (no atomics: deterministic) and needs only the positions and the rotated q and k, which attention
-keeps anyway (as `rope._Rotate` saves). Head sizes whose half is not a power of two (80, 96, 112) are masked.
+keeps anyway (as `rotation._Rotate` saves). Head sizes whose half is not a power of two (80, 96, 112) are masked.
 """
 
 from __future__ import annotations

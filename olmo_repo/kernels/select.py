@@ -1,14 +1,17 @@
 """Where RePo's kernels run: decided once per device and specialisation, in this one place, thread-safe.
 
-`olmo_repo.rope` asks here before it runs a kernel (`wanted`, then the kernel module's `ready`), and so every
-backend, test and benchmark does through `RepoLayer`. `OLMO_REPO_KERNELS` sets the process's policy:
+`olmo_repo.rope` asks here before it runs a kernel (`runs`, then the kernel module's `ready`), and so every
+backend does through `RepoLayer`; tests and benchmarks ask `runs` too. `OLMO_REPO_KERNELS` sets the process's
+policy:
 
 - `0`: the torch path everywhere;
 - `check` (the default): the kernels on CUDA, each specialisation checked on its device before it first runs;
 - `1`: the kernels on CUDA, unchecked.
 
-A layer's `repo_kernels` (`rope.set_kernels`) overrides where: "torch" never, "kernels" on every device (CPU
-tensors under Triton's interpreter, `TRITON_INTERPRET=1`: how the tests run them), None as above.
+A layer's `repo_kernels` (`rope.set_kernels`) overrides where: "torch" never (the torch code: benchmarks compare
+the two), "kernels" on every device (CPU tensors under Triton's interpreter, `TRITON_INTERPRET=1`: how the tests
+run them), None as above. Whatever the policy, the torch code runs inside torch.compile's tracing (which fuses it:
+vLLM's compiled model) and for tensors the kernels do not take (`supports`).
 
 The check runs a kernel, forward and backward, on small inputs of the specialisation Triton compiles for the real
 call (the dtypes, sizes, block sizes and flags of the launch, and Triton's own specialisation of its integer and
@@ -45,6 +48,8 @@ __all__ = [
     "layout",
     "mode",
     "remembered",
+    "runs",
+    "supports",
     "verdict",
     "wanted",
 ]
@@ -69,6 +74,22 @@ def wanted(where: str | None, device: torch.device) -> bool:
     if where is None:
         return device.type == "cuda" and mode() != "0"
     return where == "kernels"
+
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def supports(*tensors: Tensor) -> bool:
+    """Whether the kernels take these tensors: fp32, bf16 or fp16 (float64 goes to the reference), and not
+    DTensors (tensor parallelism: their sharded layout is the reference's to handle)."""
+    return all(t.dtype in _DTYPES and not hasattr(t, "full_tensor") for t in tensors)
+
+
+def runs(where: str | None, *tensors: Tensor) -> bool:
+    """Whether a layer asking for `where` runs the kernels on these tensors (the first one's device): `wanted`
+    there, `supports`ed, and not inside torch.compile's tracing. Whether a kernel's variant then runs is its
+    module's `ready` (`verdict`)."""
+    return not torch.compiler.is_compiling() and supports(*tensors) and wanted(where, tensors[0].device)
 
 
 @dataclass(frozen=True)

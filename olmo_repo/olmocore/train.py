@@ -62,7 +62,8 @@ from ..metrics import append_metrics, trim_metrics
 from ..modes import F_PHI_WEIGHTS, FPhiTraining, index_blend, is_f_phi_param
 from ..ownership import LOCK_FILE, check_free, die_with_launcher, held
 from ..paths import is_url
-from ..rope import position_stats, set_index_blend
+from ..positions import position_stats
+from ..rope import set_index_blend
 from ..slurm import requeue
 from ..vocab import vocabulary_difference
 from .attention import RepoAttentionConfig, repo_attention
@@ -464,7 +465,7 @@ class PositionsCallback(Callback):
     each step (so in-loop evaluation, NIAH, scores with the p of the steps done) and before training starts (a
     resume: the loaded step). Its priority runs it before the evaluator callbacks.
 
-    `train/positions/layer{i}/{stat}` (`olmo_repo.rope.position_stats`, the ai2-olmo side's too): the spread of
+    `train/positions/layer{i}/{stat}` (`olmo_repo.positions.position_stats`, the ai2-olmo side's too): the spread of
     the positions each RePo layer predicts, on the first micro-batch of each step, and the step's p while it is
     above 0."""
 

@@ -19,7 +19,7 @@ from olmo_core.optim import AdamWConfig, OptimGroupOverride
 
 from olmo_repo.modes import F_PHI_WEIGHTS, layer_modes
 from olmo_repo.olmocore.attention import RepoAttention, RepoAttentionConfig, with_position_modes
-from olmo_repo.rope import record_positions, set_index_blend
+from olmo_repo.rope import RepoLayer, record_positions, set_index_blend
 
 from .tiny import assert_within, olmo2_tiny
 
@@ -87,8 +87,7 @@ def test_a_repo_or_nope_layer_is_what_olmo_cores_build_makes_without_rope(option
         torch.manual_seed(layer)
         b = repo.build(128, layer_idx=layer, n_layers=3, init_device="cpu")
         assert type(b) is RepoAttention and b.pe_mode == "nope"
-        core = ("pe_mode", "layer_id", "repo_head_dim", "repo_rope_theta", "repo_rope", "index_blend")
-        core = (*core, "position_source")
+        core = (*RepoLayer.__annotations__, "repo_rope")  # what init_repo sets, and the RoPE config
         ours = {k: repr(v) for k, v in vars(b).items() if k not in (*core, "_modules", "_parameters")}
         assert ours == {k: repr(v) for k, v in vars(a).items() if k not in ("_modules", "_parameters")}, layer
         assert {k: repr(v) for k, v in b.named_children()} == {k: repr(v) for k, v in a.named_children()}
