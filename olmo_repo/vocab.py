@@ -3,7 +3,7 @@
 Token files hold bare ids: the ids of another vocabulary are valid integers that mean other text, so a model
 continued on them trains without an error, from a wrong start (the project's dolma2 data fed to Llama or Qwen).
 A trainer compares the tokenizer its data was made with to the tokenizer of the model it continues before step 0
-(`olmo_repo.olmocore.train`). Standard library only.
+(`olmo_repo.olmocore.checks`). Standard library only.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail("core_train.py", problem)
     from olmo_core.exceptions import OLMoConfigurationError
 
-    from ..olmocore.train import build, check_experiment, load_build_config, run, work_dir
+    from ..olmocore.checks import check_experiment
+    from ..olmocore.train import build, load_build_config, run, work_dir
 
     opts.work_dir = opts.work_dir or work_dir(opts.save_folder)
 

@@ -22,7 +22,8 @@ group) and context parallelism (each rank predicts the positions of its own toke
 rotated q and k as they take RoPE's. The index blend (1 - p) z + p i takes i, each token's index, exactly as
 OLMo-core's RoPE counts it in that call (`olmo_repo.upstream.olmo_core.rope_index`: after a KV cache's past, from 0
 in each document under `cu_doc_lens`); a context-parallel shard has none, and a blend there is refused before a
-run starts. The trainer sets p before every step (`olmo_repo.olmocore.train.PositionsCallback`). f_phi's weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
+run starts. The trainer sets p before every step (`olmo_repo.olmocore.callbacks.PositionsCallback`). f_phi's
+weights are child `nn.Linear`s of the attention, so OLMo-core's FLOP
 count (`num_flops_per_token` counts 6 FLOPs per parameter of the module), its optimizer groups (weight decay)
 and FSDP see them like any projection; `init_weights` and `apply_tp` (tensor parallelism: f_phi split like a
 feed-forward) add them explicitly.

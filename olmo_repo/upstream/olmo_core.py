@@ -16,7 +16,7 @@ What OLMo-core lacks, and what `olmo_repo.olmocore.attention` does about it:
   as OLMo-core's RoPE counts it in `_prepare_qkv` (after a KV cache's past, restarting per document under
   `cu_doc_lens`). `rope_index` restates that rule of `RotaryEmbedding.forward`. A context-parallel shard has no
   such index for a RePo layer (OLMo-core shards RoPE's sin/cos tables only, for layers with a RoPE module): the
-  launcher refuses a blend there (`olmo_repo.olmocore.train.check_experiment`).
+  launcher refuses a blend there (`olmo_repo.olmocore.checks.check_experiment`).
 
 - Importing `olmo_core.nn.attention` logs a warning where transformer_engine is missing (every CPU machine and
   most GPU ones; this project never uses TE attention), ahead of every command's output and its one-line error:

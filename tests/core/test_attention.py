@@ -399,7 +399,7 @@ def test_a_context_parallel_blend_is_refused_before_the_run(tmp_path):
     blend there is refused in one line by the launcher's check, not guessed."""
     from olmo_core.train.train_module import TransformerContextParallelConfig
 
-    from olmo_repo.olmocore.train import check_experiment
+    from olmo_repo.olmocore.checks import check_experiment
 
     from .training import tiny_experiment
 

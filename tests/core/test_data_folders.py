@@ -16,7 +16,8 @@ import pytest
 from olmo_repo.data.folder import DATA_FORMAT, MIX_FORMAT
 from olmo_repo.errors import RepoError
 from olmo_repo.experiments.demo import BASE_DIR
-from olmo_repo.olmocore.train import check_experiment, load_build_config
+from olmo_repo.olmocore.checks import check_experiment
+from olmo_repo.olmocore.train import load_build_config
 
 from .training import ROOT, tiny_options
 

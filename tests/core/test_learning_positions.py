@@ -15,8 +15,9 @@ from olmo_core.train.callbacks import Callback
 from olmo_repo.errors import RepoError
 from olmo_repo.experiments.demo import BASE_DIR
 from olmo_repo.modes import index_blend, is_f_phi_param
+from olmo_repo.olmocore.checks import check_experiment
 from olmo_repo.olmocore.hf import hf_to_core
-from olmo_repo.olmocore.train import build_trainer, check_experiment, start
+from olmo_repo.olmocore.train import build_trainer, start
 from olmo_repo.rope import repo_layers
 
 from .training import metrics, random_corpus, tiny_experiment

@@ -15,9 +15,10 @@ from olmo_repo.fit import CheckpointFitError, f_phi_layer
 from olmo_repo.modes import F_PHI_WEIGHTS, POSITION_STATS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import with_position_modes
+from olmo_repo.olmocore.checks import check_experiment
 from olmo_repo.olmocore.hf import hf_to_core
 from olmo_repo.olmocore.stage1 import check_stage1
-from olmo_repo.olmocore.train import build_trainer, check_experiment, start
+from olmo_repo.olmocore.train import build_trainer, start
 
 from .. import fit_table
 from .tiny import olmo2_tiny
