@@ -21,7 +21,8 @@ import pytest
 from olmo_repo import RepoTrainConfig
 from olmo_repo.cli.fetch import main
 from olmo_repo.fetch.remote import CHUNK
-from olmo_repo.fetch.transfer import INTERRUPTING, MANIFEST, PART, LocalTarget
+from olmo_repo.fetch.targets import MANIFEST, PART, LocalTarget
+from olmo_repo.fetch.transfer import INTERRUPTING
 
 from .fetch_server import FileServer, Served
 from .training import ROOT, STAGE1, free_port, losses, make_trainer, small, subprocess_env, write_corpus

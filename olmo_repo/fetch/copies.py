@@ -24,7 +24,8 @@ from .plan import (
     probe,
     rewrite_config,
 )
-from .transfer import Item, LocalTarget, Outcome, S3Target, fetch_items, human, make_target, plan_items
+from .targets import Item, LocalTarget, S3Target, human, make_target, plan_items
+from .transfer import Outcome, fetch_items
 
 __all__ = ["check_plan", "fetch_config", "plan_config", "print_plan", "print_summary", "write_fetched_config"]
 
