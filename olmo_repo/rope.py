@@ -33,7 +33,6 @@ converted checkpoint's remote code carries this file without them).
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -481,12 +480,3 @@ def rank_kv_heads(n_kv_heads: int, tp_size: int, tp_rank: int) -> range:
     per_rank = max(1, n_kv_heads // tp_size)
     first = (tp_rank // max(1, tp_size // n_kv_heads)) * per_rank
     return range(first, first + per_rank)
-
-
-def __getattr__(name: str) -> object:
-    """`spread` moved to `olmo_repo.positions`; found here too until the experiments import it from there."""
-    if (
-        name == "spread"
-    ):  # imported by name, not statically: this file is remote code, which has no positions.py
-        return importlib.import_module(f"{__package__}.positions").spread
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
