@@ -247,7 +247,9 @@ def test_the_shipped_base_model_is_the_tiny_config_with_the_demos_tokenizer():
 
 def _package_data() -> list[str]:
     """The globs of olmo_repo/experiments/demo/'s package data in pyproject.toml (what a wheel ships besides modules)."""
-    line = re.search(r'^"olmo_repo\.experiments\.demo" = (\[.*\])$', (ROOT / "pyproject.toml").read_text(), re.M)
+    line = re.search(
+        r'^"olmo_repo\.experiments\.demo" = (\[.*\])$', (ROOT / "pyproject.toml").read_text(), re.M
+    )
     return json.loads(line[1])  # a TOML array of plain strings is JSON
 
 

@@ -66,7 +66,11 @@ def _lint(package_root: Path) -> subprocess.CompletedProcess:
         ("explore/model.py", "import olmo.model", "Evaluation and the explorer reach models"),
         ("hf/modeling_repo_olmo2.py", "from . import formats", "The HF remote code"),
         ("hf/formats.py", "from ..vllm import model", "Each layer imports only the layers below it"),
-        ("ai2olmo/train.py", "from ..experiments import stages", "Each layer imports only the layers below it"),
+        (
+            "ai2olmo/train.py",
+            "from ..experiments import stages",
+            "Each layer imports only the layers below it",
+        ),
         ("experiments/stages.py", "from .demo import demo", "The experiments (the demo, the SmolLM2 recipe"),
     ],
 )
