@@ -26,7 +26,8 @@ from olmo_core.script_utils import ExperimentConfig
 from transformers import Qwen3Config
 
 from olmo_repo.olmocore import with_position_modes
-from olmo_repo.olmocore.convert import QWEN3, family_config_from_hf
+from olmo_repo.olmocore.convert import family_config_from_hf
+from olmo_repo.olmocore.families import QWEN3
 from olmo_repo.olmocore.train import load_build_config, on_tokenized_text
 
 RECIPE = load_build_config(Path(__file__).with_name("OLMo-2-0425-1B-stage2-repo.py"))

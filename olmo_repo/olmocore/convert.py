@@ -40,13 +40,7 @@ from .families import (
 )
 
 __all__ = [
-    "FAMILIES",
-    "LLAMA",
-    "OLMO2",
-    "OLMO3",
-    "QWEN3",
     "SIDE_KEYS",
-    "Family",
     "check_shape",
     "core_config_from_hf",
     "family_config_from_hf",

@@ -31,7 +31,8 @@ from olmo_repo.hf.formats import ALL_MODEL_TYPES
 from olmo_repo.modes import F_PHI_WEIGHTS
 from olmo_repo.olmocore import checkpoint
 from olmo_repo.olmocore.attention import RepoAttention, with_position_modes
-from olmo_repo.olmocore.convert import FAMILIES, core_config_from_hf
+from olmo_repo.olmocore.convert import core_config_from_hf
+from olmo_repo.olmocore.families import FAMILIES
 from olmo_repo.olmocore.hf import core_to_hf, hf_to_core
 from olmo_repo.olmocore.stage1 import check_stage1
 from olmo_repo.rope import record_positions
