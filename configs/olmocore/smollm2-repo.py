@@ -39,8 +39,7 @@ from olmo_core.train import Duration
 from transformers import LlamaConfig
 
 from olmo_repo.olmocore import with_position_modes
-from olmo_repo.olmocore.convert import family_config_from_hf
-from olmo_repo.olmocore.families import LLAMA
+from olmo_repo.olmocore.convert import LLAMA, family_config_from_hf
 from olmo_repo.olmocore.train import load_build_config, on_tokenized_text
 
 TINY = load_build_config(Path(__file__).with_name("tiny-stage2-repo.py"))
