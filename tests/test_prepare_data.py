@@ -266,7 +266,7 @@ def test_a_mix_writes_a_folder_per_source_and_the_fragment_of_both_trainers(corp
     assert fragment["tokenizer"] == "web/tokenizer.json" and fragment["eos_token_id"] == 0
     from olmo_repo import RepoTrainConfig  # ai2-olmo reads the mix folder as its repeated paths
 
-    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    config = ROOT / "olmo_repo" / "experiments" / "demo" / "configs" / "tiny-stage2-repo.yaml"
     cfg = RepoTrainConfig.load(config, [f"data_prefix={out}", f"data.paths=[{out}]"])
     assert cfg.data.paths == [f"{out}/{p}" for p in fragment["ai2_olmo"]["paths"]]
 
@@ -402,7 +402,7 @@ def test_ai2_olmo_reads_a_data_folder_and_a_mix_and_checks_their_tokenizer(corpu
     from olmo_repo.errors import RepoError
 
     _, one, _ = corpus
-    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    config = ROOT / "olmo_repo" / "experiments" / "demo" / "configs" / "tiny-stage2-repo.yaml"
     overrides = [f"data_prefix={one}", f"data.paths=[{one}]", "data.memmap_dtype=uint16"]
     cfg = RepoTrainConfig.load(config, overrides)
     shards = [str(one / s["path"]) for s in json.loads((one / "data.json").read_text())["shards"]]
@@ -460,7 +460,7 @@ def test_ai2_olmo_reads_a_data_folder_on_s3_and_checks_its_tokenizer(corpus, tmp
         for file in one.rglob("*"):
             if file.is_file():
                 s3.upload_file(str(file), "data", f"one/{file.relative_to(one)}")
-        config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+        config = ROOT / "olmo_repo" / "experiments" / "demo" / "configs" / "tiny-stage2-repo.yaml"
         overrides = [f"data_prefix={one}", "data.paths=[s3://data/one/]", "data.memmap_dtype=uint16"]
         cfg = RepoTrainConfig.load(config, overrides)
         shards = [s["path"] for s in json.loads((one / "data.json").read_text())["shards"]]
@@ -494,7 +494,7 @@ def test_ai2_olmo_checks_the_tokenizer_tokenize_text_wrote_beside_its_data(tmp_p
     data = tmp_path / "data"
     data.mkdir()
     np.arange(2048, dtype=np.uint32).tofile(data / "train.npy")
-    config = ROOT / "olmo_repo" / "demo" / "configs" / "tiny-stage2-repo.yaml"
+    config = ROOT / "olmo_repo" / "experiments" / "demo" / "configs" / "tiny-stage2-repo.yaml"
     overrides = [
         f"data.paths=[{data / 'train.npy'}]",
         "data.memmap_dtype=uint32",

@@ -194,7 +194,7 @@ def test_the_wheel_installs_with_its_base_dependencies_alone_and_runs_the_hf_sid
             python,
             "-c",
             "from olmo_repo.experiments.demo import BASE_DIR, CONFIGS_DIR; import olmo_repo.hf.files as f;"
-            "print(BASE_DIR.is_dir(), len(list(CONFIGS_DIR.glob('*.yaml'))), f.HF_DIR.is_relative_to(BASE_DIR.parents[1]))",
+            "print(BASE_DIR.is_dir(), len(list(CONFIGS_DIR.glob('*.yaml'))), f.HF_DIR.is_relative_to(BASE_DIR.parents[2]))",
         ],
         capture_output=True,
         text=True,
