@@ -1,5 +1,5 @@
 """`scripts/smollm2_recipe.py [OUT_DIR]`: the paper's recipe at CPU scale on a real pretrained model, SmolLM2-135M,
-with RePo from its 10th layer and a RoPE control, and a report (`olmo_repo.experiments.smollm2.recipe`)."""
+with RePo in the layers the paper's rule picks and a RoPE control, and a report (`olmo_repo.experiments.smollm2.recipe`)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ _EPILOG = """\
 Stages, each a command of the project (docs/smollm2.md), recorded in OUT_DIR: the SmolLM2 directory
 (scripts/smollm2.py), Python's documentation in its tokens with the last topics held out
 (scripts/tokenize_text.py), the stock model as the OLMo-core stage-1 checkpoint (core_convert_from_hf.py), a run
-of configs/olmocore/smollm2-repo.py per arm on the same batches (core_train.py --nproc-per-node; by default RePo in
-layers 9..29 as the paper runs it, RePo set up to learn its positions, and RoPE), their checkpoints in HF form
-(core_convert_to_hf.py), held-out losses (the RePo arms' also with their positions replaced by the token index
+of configs/olmocore/smollm2-repo.py per arm on the same batches (core_train.py --nproc-per-node; by default RePo
+in the config's layers as the paper runs it, RePo set up to learn its positions, and RoPE), their checkpoints in
+HF form (core_convert_to_hf.py), held-out losses (the RePo arms' also with their positions replaced by the token index
 and by one constant), then NIAH, attention mass and learned positions (olmo_repo.eval.report). OUT_DIR/report.md is rewritten as each
 stage finishes. A rerun skips the stages that finished with the same options and resumes an interrupted
 training run from its checkpoint; changing an option redoes the stages it affects.
@@ -41,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Continue SmolLM2-135M-Instruct (Q4_1 dequantised) on OLMo-core with RePo from its 10th "
-        "layer as the paper runs it, with RePo set up to learn its positions, and, as the control, with RoPE, on "
+        description="Continue SmolLM2-135M-Instruct (Q4_1 dequantised) on OLMo-core with RePo in the layers "
+        "the paper's rule picks, with RePo set up to learn its positions, and, as the control, with RoPE, on "
         "the same data for the same steps; report the insertion cost, the loss curves, NIAH before and after, "
         "and the learned positions.",
         epilog=_EPILOG,
@@ -71,7 +71,8 @@ def add_recipe_options(
 
     options: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         "steps": (("--steps",), dict(type=int, default=default.steps, help="training steps of each run, "
-                  f"4 x 256 tokens each (default: {default.steps}, about one pass over the training text)")),
+                  "each a batch of the config's (configs/olmocore/smollm2-repo.py) (default: "
+                  f"{default.steps}, about one pass over the training text)")),
         "samples": (("--samples",), dict(type=int, default=default.samples,
                     help=f"NIAH prompts per variant and length (default: {default.samples})")),
         "lengths": (("--lengths",), dict(default=",".join(map(str, default.lengths)), help="NIAH context "
