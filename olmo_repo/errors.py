@@ -153,6 +153,7 @@ def _importer(error: ImportError) -> str | None:
     """The extra of the part of olmo_repo whose import failed: the innermost frame in one of `_SIDES`."""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         folders = Path(frame.filename).parts[:-1]
-        if "olmo_repo" in folders[:-1] and folders[-1] in _SIDES:  # olmo_repo/ai2olmo/, olmo_repo/experiments/demo/
+        # olmo_repo/ai2olmo/, olmo_repo/experiments/demo/, ...
+        if "olmo_repo" in folders[:-1] and folders[-1] in _SIDES:
             return _SIDES[folders[-1]]
     return None

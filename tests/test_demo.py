@@ -302,7 +302,10 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     # The build from a non-editable install: only the package, run from elsewhere (the training runs as
     # `-m olmo_repo.cli.train` with the packaged config).
     package = _installed_copy(tmp_path / "site")
-    assert not (package / "experiments/demo/configs/__init__.py").exists() and (package / "experiments/demo/base_model").is_dir()
+    assert (
+        not (package / "experiments/demo/configs/__init__.py").exists()
+        and (package / "experiments/demo/base_model").is_dir()
+    )
     env = {**os.environ, "PYTHONPATH": str(package.parent)}
     build = [
         "-m",
@@ -316,7 +319,9 @@ def test_demo_base_builds_an_hf_model_and_refuses_a_users_output(tmp_path):
     ]
     built = subprocess.run([sys.executable, *build], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    assert f"-m olmo_repo.cli.train {package / 'experiments/demo/configs/tiny-base-rope.yaml'} " in built.stdout
+    assert (
+        f"-m olmo_repo.cli.train {package / 'experiments/demo/configs/tiny-base-rope.yaml'} " in built.stdout
+    )
     # Progress and summary from the run's metrics.jsonl.
     assert re.search(
         r"^   base-rope step +1/2  loss \d+\.\d{3}\n   base-rope step +2/2  loss ", built.stdout, re.M
