@@ -12,15 +12,17 @@ import torch
 
 from olmo_repo.errors import RepoError
 from olmo_repo.experiments.stages import Stages
-from olmo_repo.experiments.study.retrieval import accuracy, build
-from olmo_repo.experiments.study.scratch import TESTS, run_scratch, scratch_section
+from olmo_repo.experiments.study.retrieval import accuracy, build, train
+from olmo_repo.experiments.study.scratch import jobs, run_scratch, scratch_section
 from olmo_repo.experiments.study.study import Study, run_study
-from olmo_repo.experiments.study.task import BOS, GRAMMAR_SEED, QUERY, Task, TinyModel
+from olmo_repo.experiments.study.task import ARMS, BOS, GRAMMAR_SEED, QUERY, TESTS, Task, TinyModel
+
+ARM = {arm.key: arm for arm in ARMS}
 
 
-@pytest.mark.parametrize("factor", [1, 4])
-def test_every_answer_is_the_value_its_key_had_earlier_among_noise_that_has_a_grammar(factor):
-    task = Task().scaled(factor)
+@pytest.mark.parametrize("scale", sorted({(length, pairs) for length, pairs, _ in TESTS.values()}))
+def test_every_answer_is_the_value_its_key_had_earlier_among_noise_that_has_a_grammar(scale):
+    task = Task().scaled(*scale)
     ids, targets, answers = task.batch(torch.Generator().manual_seed(0), 16)
     assert ids.shape == targets.shape == answers.shape == (16, task.length) and (ids[:, 0] == BOS).all()
     k0, v0, n0 = 8, 8 + task.keys, 8 + task.keys + task.values
@@ -55,38 +57,119 @@ def test_a_task_too_short_for_its_pairs_is_refused():
         Task(length=24, pairs=8).batch(torch.Generator(), 1)
 
 
-def test_the_arms_are_rope_nope_and_repo_above_the_lower_third_and_yarn_rescales_only_rotations():
+def test_the_arms_select_their_layers_and_yarn_rescales_only_rotations():
     shape = TinyModel(layers=6)
-    modes = {arm: build(arm, shape, 0).config for arm in ("RoPE", "NoPE", "RePo")}
-    assert modes["RoPE"].pe_mode == "rope" and modes["NoPE"].pe_mode == "nope"
-    assert (modes["RePo"].pe_mode, modes["RePo"].pe_start_layer) == ("repo", 2)
-    yarn = build("RePo", shape, 0, yarn=4).config.rope_parameters
+    modes = {key: build(arm, shape, 0).config for key, arm in ARM.items()}
+    assert (modes["rope"].pe_mode, modes["nope"].pe_mode, modes["nope"].pe_start_layer) == ("rope", "nope", 0)
+    assert (modes["repo"].pe_mode, modes["repo"].pe_start_layer) == ("repo", 2)
+    assert (modes["nope-above"].pe_mode, modes["nope-above"].pe_start_layer) == ("nope", 2)
+    yarn = build(ARM["repo"], shape, 0, yarn=4).config.rope_parameters
     assert yarn["rope_type"] == "yarn" and yarn["factor"] == 4.0
     assert yarn["original_max_position_embeddings"] == shape.task.length
     # the same weights: a YaRN model is the trained one with rescaled rotations
-    assert build("RePo", shape, 0).state_dict().keys() == build("RePo", shape, 0, yarn=4).state_dict().keys()
+    assert (
+        build(ARM["repo"], shape, 0).state_dict().keys()
+        == build(ARM["repo"], shape, 0, yarn=4).state_dict().keys()
+    )
+
+
+def test_for_one_seed_every_arm_starts_from_the_same_weights_and_f_phi_is_drawn_apart():
+    """The matched controls: every tensor two arms share is equal for one seed (HF draws f_phi between the other
+    layers' weights, so without the matching 21 of 30 shared tensors differed), f_phi's own differ by seed, and
+    another seed draws other weights."""
+    shape = TinyModel(hidden=32, heads=2, mlp=32)
+    states = {key: build(arm, shape, 3).state_dict() for key, arm in ARM.items()}
+    rope = states["rope"]
+    for key, state in states.items():
+        shared = [name for name in state if name in rope]
+        assert len(shared) == len(rope) and all(torch.equal(state[name], rope[name]) for name in shared), key
+        extra = {name.rsplit(".", 2)[-2] for name in state if name not in rope}
+        assert extra == ({"gate_map", "content_map", "final_map"} if ARM[key].mode == "repo" else set()), key
+    f_phi = [name for name in states["repo"] if name not in rope]
+    assert all(torch.equal(states["repo"][n], states["repo-lr10"][n]) for n in f_phi)  # knobs: RePo's weights
+    assert all(not states["repo-zero"][n].any() for n in f_phi if "final_map" in n)
+    other = build(ARM["repo"], shape, 4).state_dict()
+    assert not any(torch.equal(other[n], states["repo"][n]) for n in f_phi if "final_map" not in n)
+    assert not torch.equal(other["model.embed_tokens.weight"], rope["model.embed_tokens.weight"])
+
+
+def test_the_knobs_train_f_phi_at_its_rate_and_blend_the_index_then_hand_over():
+    """Two steps: f_phi's weights move by about lr x its multiplier (Adam's first step is lr x sign), the other
+    weights by about lr; the blended arm ends with p = 0 (scored as trained, f_phi's positions alone)."""
+    shape = TinyModel(hidden=32, heads=2, mlp=32, steps=1, batch=2, warmup=1, lr=1e-3)
+    start = build(ARM["repo-lr10"], shape, 0).state_dict()
+    model, facts = train(ARM["repo-lr10"], shape, 0)
+    assert facts["loss"] > 0 and facts["wall_s"] > 0
+    # step 0 of 1: the decay factor (steps - step) / (0.2 steps) is 5, clipped to 1: the peak rate
+    moved = {n: (p - start[n]).abs().max().item() for n, p in model.state_dict().items()}
+    lr = shape.lr
+    for name, step in moved.items():
+        mult = 10.0 if name.rsplit(".", 2)[-2] in ("gate_map", "content_map", "final_map") else 1.0
+        if step:  # Adam's first step is lr x sign(grad), plus weight decay lr x 0.1 x w
+            assert step <= mult * lr * (1 + 1e-3) + lr * 0.1 * start[name].abs().max().item(), name
+    assert max(moved[n] for n in moved if "final_map" in n) > 5 * lr
+    blended, _ = train(ARM["repo-blend"], TinyModel(hidden=32, heads=2, mlp=32, steps=5, batch=2), 0)
+    from olmo_repo.rope import repo_layers
+
+    assert [layer.index_blend for layer in repo_layers(blended)] == [0.0, 0.0]
+
+
+def test_the_jobs_go_seed_by_seed_and_each_arm_takes_its_share_of_the_seeds():
+    every = jobs(20)
+    counts = {key: sum(arm.key == key for arm, _ in every) for key in ARM}
+    assert counts == {"repo": 20, "nope-above": 20, "rope": 10, "nope": 10, "repo-lr10": 5, "repo-blend": 5,
+                      "repo-zero": 5}  # fmt: skip
+    assert [seed for _, seed in every] == sorted(
+        seed for _, seed in every
+    )  # a study cut short holds whole seeds
+    assert len(jobs(2)) == 9
 
 
 def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_path):
     shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
     folder = Stages(tmp_path / "study", "study")
-    results = run_scratch(folder, shape, seeds=(0,), workers=1, sequences=4)
-    assert set(results) == {"RoPE-0", "NoPE-0", "RePo-0"}
+    reports = []
+    results = run_scratch(folder, shape, seeds=2, workers=1, sequences=4, after=lambda: reports.append(1))
+    assert set(results) == {f"{arm.key}-{seed}" for arm, seed in jobs(2)} and len(reports) == 9
     for result in results.values():
         for test in TESTS:
             right, scored = result[test]
             assert 0 <= right <= scored == 4 * 8  # 8 queries a sequence
-    assert list(results["RePo-0"]["positions"]) == ["1", "2"]  # layers 1..2 of 3
+    assert list(results["repo-0"]["positions"]) == ["1", "2"]  # layers 1..2 of 3
+    # matched: the same weights and batches, so RePo and its control differ by f_phi alone from the first step
+    assert results["rope-0"]["loss"] != results["nope-above-0"]["loss"]
     stages = json.loads((tmp_path / "study" / "stages.json").read_text())
-    again = run_scratch(folder, shape, seeds=(0,), workers=1, sequences=4)  # nothing trains: kept as recorded
+    again = run_scratch(folder, shape, seeds=2, workers=1, sequences=4)  # nothing trains: kept as recorded
     assert again == results and json.loads((tmp_path / "study" / "stages.json").read_text()) == stages
-    text = scratch_section(results, shape, (0,), sequences=4)
-    assert "| RePo |" in text and "4x, YaRN" in text and "seed 0, layer 2" in text
+    text = scratch_section(results, shape, 2, sequences=4)
+    assert "| RePo | 0/2 |" in text and "8x, YaRN" in text and "(vs NoPE in RePo's layers: 0/2)" in text
+    assert "(none learned)" in text and "| RePo | 1 | no |" in text
     changed = dataclasses.replace(shape, steps=3)
     assert (
-        run_scratch(folder, changed, seeds=(0,), workers=1, sequences=4).keys() == results.keys()
+        run_scratch(folder, changed, seeds=2, workers=1, sequences=4).keys() == results.keys()
     )  # other inputs: redone
     assert json.loads((tmp_path / "study" / "stages.json").read_text()) != stages
+
+
+def test_the_section_ranks_by_learned_share_with_fisher_s_test_and_the_tests_among_those_that_learned():
+    """Made-up results (what the section does with them, not a model's): RePo 3 of 4 learned, its control 0 of
+    4; the tests among learned models are their means with a t interval over seeds."""
+    shape = TinyModel()
+
+    def result(share, longer=0.5):  # noqa: E306
+        return {"loss": 0.1, "wall_s": 60.0, "load": 2.0,
+                **{test: [round(1600 * (share if test == "1x" else longer)), 1600] for test in TESTS}}  # fmt: skip
+
+    results = {f"{arm.key}-{seed}": result(0.25) for arm, seed in jobs(4)}
+    results.update({"repo-0": result(1.0, 0.4), "repo-1": result(0.95, 0.5), "repo-2": result(0.9, 0.6)})
+    text = scratch_section(results, shape, 4)
+    # p = C(4,3) C(4,0) / C(8,3) = 4 / 56 = 0.071 (one-sided: 3 or more of the 3 learned in RePo)
+    assert "| RePo | 3/4 | 75.0 [30.1, 95.4] | 0.071 (vs NoPE in RePo's layers: 0/4) |" in text
+    assert (
+        "| RePo | 3 | 95.0 [82.6, 100.0] | 50.0 [25.2, 74.8] |" in text
+    )  # t(2) 4.303 x sd / sqrt(3), in [0, 100]
+    partial = scratch_section({k: v for k, v in results.items() if k != "repo-3"}, shape, 4)
+    assert "(**14 of its 15 models so far**)" in partial
 
 
 def test_accuracy_counts_the_model_s_greedy_answers():
@@ -131,14 +214,14 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
     """`position_study.py --only scratch`: minutes, not the SmolLM2 part's hours; the report shows the part with
     the commit and load it ran at, and the other part as still to come."""
     shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
-    report = run_study(tmp_path / "study", Study(seeds=(0,), scratch=shape), parts=("scratch",))
+    report = run_study(tmp_path / "study", Study(seeds=1, scratch=shape), parts=("scratch",))
     text = report.read_text()
     assert not (tmp_path / "study" / "smollm2").exists()
     assert "## SmolLM2-135M continued: the arms\n\n(to come)" in text and "| RePo |" in text
     assert re.search(
         r"^- scratch: [\d-]+ [\d:]+ to [\d-]+ [\d:]+ \(\d+ min this time\), commit \w+", text, re.M
     )
-    assert run_study(tmp_path / "study", Study(seeds=(0,), scratch=shape), parts=()).read_text() == text
+    assert run_study(tmp_path / "study", Study(seeds=1, scratch=shape), parts=()).read_text() == text
 
 
 def test_a_file_for_the_study_s_folder_is_named_as_the_study_s(tmp_path):

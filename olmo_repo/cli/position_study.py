@@ -25,12 +25,17 @@ command to continue):
    learning rate x30. Held-out loss at step 0 and the end (the
    RePo arms also with their positions replaced by the token index and by one constant), the positions' spread
    and order per layer, NIAH before and after with Wilson intervals;
-2. from scratch: tiny Llama-shaped models (RoPE; NoPE; RePo above the lower third) trained on recall among
-   distractors at one length and tested at that length and at 4x, without and with YaRN, for each seed (two
-   models at a time, one core each; olmo_repo.experiments.study.task and .retrieval).
+2. from scratch: tiny Llama-shaped models trained on recall among distractors at one length, matched across
+   arms (the same weights where they share a tensor, the same batches, the same tests): RePo above the lower
+   third and its control (NoPE there, RoPE below) on --seeds seeds each; RoPE and NoPE in every layer on half
+   of them; RePo with f_phi's lr x10, with the index blend, and with f_phi's last layer 0 on a quarter. Tested at
+   the training length (>= 90% of the queries: the model learned), at 4x and 8x it without and with YaRN, and
+   with 2x and 4x the distractors; each arm's learned share over seeds with its interval, Fisher's test and the
+   difference its seeds can detect (two models at a time, one core each, 4-5 minutes a model on a quiet
+   machine; olmo_repo.experiments.study.task and .retrieval).
 
-OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at. About three hours of
-a quiet 2-core machine. Run it in the OLMo-core environment (make install-core), from a checkout:
+OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at (and each model's).
+About three hours of a quiet 2-core machine for each part at the defaults. Run it in the OLMo-core environment (make install-core), from a checkout:
 
     .venv-core/bin/python scripts/position_study.py                  # runs/position-study
 
@@ -63,8 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seeds",
         type=positive_int,
-        default=len(default.seeds),
-        help=f"seeds of each from-scratch model (default: {len(default.seeds)})",
+        default=default.seeds,
+        help="seeds of RePo and its matched control from scratch; RoPE and NoPE in every layer take half of "
+        f"them, each of RePo's knobs a quarter (rounded up) (default: {default.seeds}: 75 models)",
     )
     parser.add_argument(
         "--scratch-steps",
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     default = Study()
     options = Study(
         recipe=recipe_from_args(parser, args, default.recipe),
-        seeds=tuple(range(args.seeds)),
+        seeds=args.seeds,
         scratch=dataclasses.replace(default.scratch, steps=args.scratch_steps),
     )
 

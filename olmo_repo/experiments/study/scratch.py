@@ -1,34 +1,40 @@
-"""The study's from-scratch part: every (arm, seed) of `retrieval` trained and tested as a stage of the study's
-folder, two at a time (one core each), and its table."""
+"""The study's from-scratch part: each (arm, seed) of `task.ARMS` trained and tested (`retrieval`) as a stage of
+the study's folder, two at a time (one core each), and its section of the report.
+
+What the section decides with: which models learned (`task.LEARNED` at the training length, fixed before the
+runs), each arm's learned share over its seeds with its Wilson interval, the one-sided Fisher exact test of an arm
+against the one it is compared with and the smallest difference those seed counts detect; then, among the
+models that learned, each test's accuracy (mean and t interval over seeds, and each seed's).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from typing import Any
 
 from ...tables import markdown_table
 from ..stages import Stages, digest
-from .task import ARMS, TinyModel
+from .task import ARMS, LEARNED, TESTS, Arm, TinyModel
 
-__all__ = ["TESTS", "run_scratch", "scratch_results", "scratch_section"]
+__all__ = ["TEST_SEQUENCES", "jobs", "run_scratch", "scratch_results", "scratch_section"]
 
-TESTS = {  # name -> (length factor, YaRN factor)
-    "1x": (1, 1),
-    "4x": (4, 1),
-    "4x, YaRN": (4, 4),
-}
-"""Where each model is tested: at the training length, at 4x as trained, and at 4x with YaRN (factor 4 from the
-training length) in its RoPE layers and RePo's rotation (NoPE has no rotation to scale: the same as 4x)."""
 TEST_SEQUENCES = 200  # per test, of 8 queries each
-TEST_SEED = 10_000  # test sequences are drawn apart from every training seed
+TEST_SEED = 10_000  # test sequences are drawn apart from every training seed, the same for every model
 
 
-def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any]:
+def jobs(seeds: int, arms: Sequence[Arm] = ARMS) -> list[tuple[Arm, int]]:
+    """Every (arm, seed) of a study of `seeds` seeds, seed by seed: a study cut short holds whole seeds."""
+    return [(arm, seed) for seed in range(seeds) for arm in arms if seed < arm.seed_count(seeds)]
+
+
+def _one(arm: Arm, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any]:
     """Train and test one model (in a worker process, one thread)."""
     import torch
 
@@ -39,121 +45,207 @@ def _one(arm: str, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any
     torch.set_num_threads(1)
     model, facts = train(arm, shape, seed)
     result: dict[str, Any] = {**facts}
-    for test, (factor, yarn) in TESTS.items():
-        task = shape.task.scaled(factor)
+    for test, (length, pairs, yarn) in TESTS.items():
         scaled = build(arm, shape, seed, yarn=yarn).eval() if yarn > 1 else model
         if scaled is not model:
             scaled.load_state_dict(model.state_dict())
-        result[test] = accuracy(scaled, task, sequences, TEST_SEED)
-    if arm == "RePo":  # what its positions look like on test sequences at the training length
+        result[test] = accuracy(scaled, shape.task.scaled(length, pairs), sequences, TEST_SEED)
+    if arm.mode == "repo":  # what its positions look like on test sequences at the training length
         ids, _, _ = shape.task.batch(torch.Generator().manual_seed(TEST_SEED), 50)
         with torch.no_grad(), record_positions(model) as positions:
             model(ids)
         result["positions"] = {str(layer): spread(z) for layer, z in sorted(positions.items())}
+    # when and on what load it finished: a study spans sessions, and a time is a measurement of its machine
+    result["finished"], result["load"] = time.strftime("%Y-%m-%d %H:%M"), os.getloadavg()[0]
     return result
 
 
 def run_scratch(
     folder: Stages,
     shape: TinyModel,
-    seeds: Sequence[int],
+    seeds: int,
     workers: int = 2,
     sequences: int = TEST_SEQUENCES,
+    after: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    """Each (arm, seed) as a stage `scratch-{arm}-{seed}` of `folder` (done ones kept), `workers` at a time, each
-    tested on `sequences` sequences; returns {"{arm}-{seed}": result}."""
-    inputs = _inputs(shape, sequences)
-    jobs = [(arm, seed) for seed in seeds for arm in ARMS]
-    todo = [(arm, seed) for arm, seed in jobs if folder.state(f"scratch-{arm}-{seed}", inputs, []) != "done"]
+    """Each (arm, seed) of `jobs(seeds)` as a stage `scratch-{arm.key}-{seed}` of `folder` (done ones kept),
+    `workers` at a time, each tested on `sequences` sequences per test, `after()` called as each is recorded (the
+    study's report: a long run shows what it has so far); returns {"{arm.key}-{seed}": result}."""
+    every = jobs(seeds)
+    todo = [
+        (arm, seed)
+        for arm, seed in every
+        if folder.state(f"scratch-{arm.key}-{seed}", _inputs(shape, sequences, arm), []) != "done"
+    ]
     if todo:
         print(
-            f"\n== from scratch: {len(todo)} of {len(jobs)} models to train, {workers} at a time", flush=True
+            f"\n== from scratch: {len(todo)} of {len(every)} models to train, {workers} at a time", flush=True
         )
         context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch state
-        env = {"OMP_NUM_THREADS": "1"}
-        os.environ.update(env)
+        os.environ.update({"OMP_NUM_THREADS": "1"})
+        done = len(every) - len(todo)
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             futures = {pool.submit(_one, arm, seed, shape, sequences): (arm, seed) for arm, seed in todo}
             for future in as_completed(futures):
                 arm, seed = futures[future]
                 result = future.result()
-                folder.finish(f"scratch-{arm}-{seed}", result=json.dumps(result))
-                scores = ", ".join(f"{t} {r[0] / r[1]:.2f}" for t, r in result.items() if t in TESTS)
+                folder.finish(f"scratch-{arm.key}-{seed}", result=json.dumps(result))
+                done += 1
+                first = result["1x"]
                 print(
-                    f"   {arm}, seed {seed}: {result['wall_s'] / 60:.1f} min, accuracy {scores}", flush=True
+                    f"   [{done}/{len(every)}] {arm.label}, seed {seed}: {result['wall_s'] / 60:.1f} min, "
+                    f"{100 * first[0] / first[1]:.1f}% at the training length",
+                    flush=True,
                 )
+                if after is not None:
+                    after()
     results = scratch_results(folder, shape, seeds, sequences)
     assert results is not None  # every stage finished above
     return results
 
 
 def scratch_results(
-    folder: Stages, shape: TinyModel, seeds: Sequence[int], sequences: int = TEST_SEQUENCES
+    folder: Stages, shape: TinyModel, seeds: int, sequences: int = TEST_SEQUENCES, partial: bool = False
 ) -> dict[str, Any] | None:
     """What `run_scratch` returns, read from the folder's records alone: None unless every (arm, seed) finished
-    with these inputs."""
-    inputs, results = _inputs(shape, sequences), {}
-    for arm, seed in [(arm, seed) for seed in seeds for arm in ARMS]:
-        record = folder.record(f"scratch-{arm}-{seed}")
-        if record is None or record["inputs"] != inputs or not record["done"]:
+    with these inputs (`partial`: those that did, None if none did)."""
+    results = {}
+    for arm, seed in jobs(seeds):
+        record = folder.record(f"scratch-{arm.key}-{seed}")
+        if record is None or record["inputs"] != _inputs(shape, sequences, arm) or not record["done"]:
+            if partial:
+                continue
             return None
-        results[f"{arm}-{seed}"] = json.loads(record["result"])
-    return results
+        results[f"{arm.key}-{seed}"] = json.loads(record["result"])
+    return results or None
 
 
-def _inputs(shape: TinyModel, sequences: int) -> str:
-    return digest(json.dumps(asdict(shape)), json.dumps(TESTS), str(sequences), str(TEST_SEED))
+def _inputs(shape: TinyModel, sequences: int, arm: Arm) -> str:
+    """What a model's record depends on: a change to any of these redoes it."""
+    return digest(
+        *(json.dumps(asdict(x)) for x in (shape, arm)), json.dumps(TESTS), str(sequences), str(TEST_SEED)
+    )
+
+
+def _share(right_scored: list[int]) -> float:
+    return right_scored[0] / right_scored[1]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
 
 
 def scratch_section(
-    results: dict[str, Any], shape: TinyModel, seeds: Sequence[int], sequences: int = TEST_SEQUENCES
+    results: dict[str, Any], shape: TinyModel, seeds: int, sequences: int = TEST_SEQUENCES
 ) -> str:
-    """The Markdown section: accuracy per arm and test (pooled over seeds, with its Wilson 95% interval, and
-    per seed), the RePo models' positions, and the setup."""
-    from ...eval.intervals import wilson_interval
+    """The Markdown section: which models learned and how the arms rank by it; the tests among the models that
+    learned; every model's figures; the RePo models' positions; the setup. `results` may hold part of the study
+    (the models finished so far): the section says how many."""
+    from ...eval.intervals import detectable_difference, fisher_greater, t_interval, wilson_interval
 
-    rows = []
-    for arm in ARMS:
+    arms = {arm.key: arm for arm in ARMS}
+    runs = {arm.key: [(seed, results[f"{arm.key}-{seed}"]) for a, seed in jobs(seeds) if a is arm
+                      and f"{arm.key}-{seed}" in results] for arm in ARMS}  # fmt: skip
+    learned = {
+        key: [(seed, r) for seed, r in done if _share(r["1x"]) >= LEARNED] for key, done in runs.items()
+    }
+
+    ranks = []
+    for key, done in runs.items():
+        if not done:
+            continue
+        n, k = len(done), len(learned[key])
+        low, high = wilson_interval(k / n, n)
+        test = detect = "-"
+        if (other := arms[key].against) and runs[other]:
+            m, j = len(runs[other]), len(learned[other])
+            test = f"{fisher_greater(k, n, j, m):.3f} (vs {arms[other].label}: {j}/{m})"
+            detect = (
+                f"+{_pct(d)} points" if math.isfinite(d := detectable_difference(n, m, j / m)) else "none"
+            )
+        per_seed = " / ".join(_pct(_share(r["1x"])).removesuffix(".0") for _, r in done)
+        ranks.append([arms[key].label, f"{k}/{n}", f"{_pct(k / n)} [{_pct(low)}, {_pct(high)}]", test, detect,
+                      per_seed])  # fmt: skip
+
+    among = []
+    for key, done in learned.items():
+        if not done:
+            continue
         cells = []
         for test in TESTS:
-            counts = [results[f"{arm}-{seed}"][test] for seed in seeds]
-            right, scored = sum(c[0] for c in counts), sum(c[1] for c in counts)
-            low, high = wilson_interval(right / scored, scored)
-            per_seed = " / ".join(f"{100 * c[0] / c[1]:.0f}" for c in counts)
-            cells.append(f"{100 * right / scored:.1f} [{100 * low:.1f}, {100 * high:.1f}] ({per_seed})")
-        loss = sum(results[f"{arm}-{seed}"]["loss"] for seed in seeds) / len(seeds)
-        minutes = max(results[f"{arm}-{seed}"]["wall_s"] for seed in seeds) / 60
-        rows.append([arm, *cells, f"{loss:.3f}", f"{minutes:.1f}"])
+            values = [_share(r[test]) for _, r in done]
+            mean = sum(values) / len(values)
+            if len(values) > 1:  # an accuracy's interval within [0, 1]
+                low, high = t_interval(values)
+                interval = f" [{_pct(max(low, 0.0))}, {_pct(min(high, 1.0))}]"
+            else:
+                interval = ""
+            cells.append(f"{_pct(mean)}{interval}")
+        among.append([arms[key].label, str(len(done)), *cells])
+
+    every, positions = [], []
+    for key, done in runs.items():
+        for seed, r in done:
+            mark = "yes" if _share(r["1x"]) >= LEARNED else "no"
+            every.append([arms[key].label, str(seed), mark, *(_pct(_share(r[test])) for test in TESTS),
+                          f"{r['loss']:.3f}", f"{r['wall_s'] / 60:.1f}", f"{r.get('load', float('nan')):.1f}"])  # fmt: skip
+            if "positions" in r:
+                layers = [f"{layer}: {s['std']:.2f}, [{s['p05']:.2f}, {s['p95']:.2f}], {s['rank_corr']:+.2f}"
+                          for layer, s in r["positions"].items()]  # fmt: skip
+                positions.append([arms[key].label, str(seed), mark, "; ".join(layers)])
+
     t = shape.task
-    table = markdown_table(
-        [
-            "model",
-            *(f"accuracy % at {name}" for name in TESTS),
-            "answers' train loss, last 100 steps",
-            "min (slowest seed)",
-        ],
-        rows,
-    )
-    positions = []
-    for seed in seeds:
-        for layer, stats in results[f"RePo-{seed}"].get("positions", {}).items():
-            positions.append([f"seed {seed}, layer {layer}", f"{stats['std']:.2f}",
-                              f"[{stats['p05']:.2f}, {stats['p95']:.2f}]", f"{stats['rank_corr']:+.2f}"])  # fmt: skip
+    total = len(jobs(seeds))
+    status = "" if len(results) >= total else f" (**{len(results)} of its {total} models so far**)"
+    minutes = sum(r["wall_s"] for r in results.values()) / 60
+    loads = [r["load"] for r in results.values() if "load" in r]
     return (
-        "## From scratch: recall among distractors at 1x and 4x the training length\n\n"
+        f"## From scratch: recall among distractors, at the training length, longer, and noisier{status}\n\n"
         f"{shape.layers}-layer models (d={shape.hidden}, {shape.heads} heads), trained from scratch for "
         f"{shape.steps} steps of {shape.batch} sequences of {t.length} tokens, each holding {t.pairs} key-value "
         f"pairs among noise (a grammar makes {t.rule:.0%} of the noise follow from the token two back) and "
-        f"{t.queries} queries, trained on the answers and the noise; tested on {sequences} new sequences per cell: at "
-        f"{t.length} tokens, and at {4 * t.length} with {4 * t.pairs} pairs, without and with YaRN (factor 4). "
-        f"RePo from layer {shape.layers // 3} (RoPE below), as the paper's 1B. Seeds {', '.join(map(str, seeds))}; "
-        "each cell pools the seeds' answers (Wilson 95% interval over the test answers, not over seeds; per "
-        "seed in brackets). A model that "
-        f"guesses among the context's values scores 1 in {t.pairs} at the training length and 1 in {4 * t.pairs} "
-        "at 4x.\n\n"
-        + table
+        f"{t.queries} queries, trained on the answers and the noise. RePo and NoPE in RePo's layers from layer "
+        f"{shape.layers // 3} (RoPE below), as the paper's 1B. Matched: for one seed every arm starts from the same "
+        "weights where it shares a tensor (f_phi's drawn apart), reads the same batches and is tested on the same "
+        f"{sequences} sequences per test. A model **learned** when it answers at least {LEARNED:.0%} of the queries "
+        f"at the training length (fixed before the runs); guessing among the context's values scores 1 in "
+        f"{t.pairs}.\n\n"
+        "### Which models learned\n\n"
+        "Learned share over seeds with its Wilson 95% interval; the one-sided Fisher exact test that the arm learns "
+        "more often than the one it is compared with, and the smallest true excess over that arm's observed share "
+        "these seed counts detect (80% power, 5% one-sided); each seed's accuracy at the training length.\n\n"
+        + markdown_table(
+            ["model", "learned", "share % [95%]", "Fisher p", "detectable", "% at 1x, per seed"], ranks
+        )
+        + "\n\n### Among the models that learned\n\n"
+        "Accuracy % per test: the mean over the models that learned, with its t 95% interval over seeds (cut to "
+        "0-100; each "
+        "seed's figure in the table below). Tests: at 4x and 8x the length with as many times the pairs, as "
+        "trained and with YaRN (its factor from the training length); at the training length with 2x and 4x the "
+        f"pairs (distractors). Guessing scores 1 in {4 * t.pairs} at 4x and 1 in {8 * t.pairs} at 8x.\n\n"
+        + (markdown_table(["model", "learned", *TESTS], among) if among else "(none learned)")
+        + "\n\n### Every model\n\n"
+        + markdown_table(
+            [
+                "model",
+                "seed",
+                "learned",
+                *(f"% {test}" for test in TESTS),
+                "answers' train loss, last 100 steps",
+                "min",
+                "load",
+            ],
+            every,
+        )  # fmt: skip
         + "\n\nRePo's positions on test sequences at the training length (per layer: std, 5th-95th percentile, "
         "Spearman's rank correlation with the token index):\n\n"
-        + markdown_table(["RePo model", "std", "p05, p95", "rank corr"], positions)
-        + "\n"
+        + markdown_table(["model", "seed", "learned", "layers"], positions)
+        + f"\n\n{len(results)} models, {minutes:.0f} min of training and testing in all (one core each, two at a "
+        "time)"
+        + (
+            f"; the 1-minute load average at their ends from {min(loads):.1f} to {max(loads):.1f}"
+            if loads
+            else ""
+        )
+        + ".\n"
     )

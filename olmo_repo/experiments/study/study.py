@@ -2,7 +2,8 @@
 
 1. smollm2   the SmolLM2 recipe with the study's arms (`smollm2.options.STUDY_ARMS`), in `smollm2/` (the recipe's own
              stages: a rerun resumes it where it stopped)
-2. scratch   `retrieval`'s RoPE, NoPE and RePo from scratch, each seed (`scratch.run_scratch`: two models at a time)
+2. scratch   the from-scratch arms (`task.ARMS`: RePo, its matched control, RoPE, NoPE, RePo's knobs), each on its
+             share of the seeds (`scratch.run_scratch`: two models at a time)
 
 `report.md` gathers both, with when, where and on what load each part ran: the study's figures are
 measurements of one machine, and a figure without its conditions is not one.
@@ -30,16 +31,17 @@ __all__ = ["PARTS", "Study", "run_study"]
 @dataclass(frozen=True)
 class Study:
     """The study's options (the defaults are docs/research.md's): the recipe it runs with the study's arms, and
-    the from-scratch models and their seeds."""
+    the from-scratch models and their seeds (`seeds` for RePo and its matched control; each arm takes its share,
+    `task.Arm.seeds`)."""
 
     recipe: Recipe = Recipe(lengths=(1024, 2048), arms=STUDY_ARMS)
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: int = 20
     scratch: TinyModel = field(default_factory=TinyModel)
 
     def options(self) -> dict[str, object]:
         """The options the report states (the recipe's that the study sets, and the seeds)."""
         r = self.recipe
-        return {"steps": r.steps, "samples": r.samples, "lengths": list(r.lengths), "seeds": list(self.seeds),
+        return {"steps": r.steps, "samples": r.samples, "lengths": list(r.lengths), "seeds": self.seeds,
                 "procs": r.procs, "model": r.model}  # fmt: skip
 
 
@@ -57,7 +59,7 @@ def run_study(out: Path, study: Study = Study(), parts: tuple[str, ...] = PARTS)
         _report(folder, study, conditions)
     if "scratch" in parts:
         with conditions.part("scratch", folder.path):
-            run_scratch(folder, study.scratch, study.seeds)
+            run_scratch(folder, study.scratch, study.seeds, after=lambda: _report(folder, study, conditions))
     report = _report(folder, study, conditions)
     print(f"\nstudy report: {report}")
     return report
@@ -128,7 +130,7 @@ def _commit() -> str:
 
 def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
-    results = scratch_results(folder, study.scratch, study.seeds)
+    results = scratch_results(folder, study.scratch, study.seeds, partial=True)
     parts = [
         "# Learning positions on one machine: the study\n",
         "Options: " + json.dumps(study.options()) + "\n",

@@ -22,6 +22,7 @@ under 0.02 from step 1,000 on).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,11 +30,9 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-__all__ = ["ARMS", "BOS", "QUERY", "Task", "TinyModel"]
+__all__ = ["ARMS", "BOS", "LEARNED", "QUERY", "TESTS", "Arm", "Task", "TinyModel"]
 
 BOS, QUERY = 1, 2
-ARMS = ("RoPE", "NoPE", "RePo")
-"""The position modes compared: RoPE in every layer, NoPE in every layer, RePo above the lower third."""
 GRAMMAR_SEED = 12_345  # the noise's rule is the task's, the same in every sequence, model and seed
 
 
@@ -53,9 +52,10 @@ class Task:
     def vocab(self) -> int:
         return 8 + self.keys + self.values + self.noise
 
-    def scaled(self, factor: int) -> Task:
-        """The same task `factor` times longer, with `factor` times the pairs (distractors) and the noise."""
-        return Task(**{**asdict(self), "length": self.length * factor, "pairs": self.pairs * factor})
+    def scaled(self, length: int, pairs: int) -> Task:
+        """The task `length` times longer with `pairs` times the key-value pairs (the distractors); the rest of
+        the body is noise."""
+        return Task(**{**asdict(self), "length": self.length * length, "pairs": self.pairs * pairs})
 
     def batch(self, gen: torch.Generator, n: int) -> tuple[Tensor, Tensor, Tensor]:
         """n sequences [n, length], their targets [n, length] (the next token where the task says what it may
@@ -119,3 +119,68 @@ class TinyModel:
     lr: float = 3e-3
     warmup: int = 100
     task: Task = field(default_factory=Task)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A from-scratch model: its position mode, where it applies, its knobs, and its share of the study's seeds.
+
+    Matched by construction (`retrieval.build` and `train`): for one seed, every arm starts from the same weights
+    wherever it shares a tensor with the others (f_phi's own are drawn from a stream apart, so adding f_phi
+    changes nothing else), reads the same batches, and is tested on the same sequences."""
+
+    key: str
+    """Its name in the study's folder (`scratch-{key}-{seed}`) and in the figures."""
+    label: str
+    mode: str
+    """`pe_mode` of the layers it selects: rope, nope or repo."""
+    upper: bool = True
+    """True: the layers from n_layers // 3 up, RoPE below (RePo's layers in the paper's 1B); False: every layer."""
+    seeds: float = 1.0
+    """Its share of the study's seed count (rounded up): 1 for RePo and its matched control."""
+    against: str | None = None
+    """The arm whose learned fraction it is tested against (one-sided: does this one learn more often?)."""
+    lr_multiplier: float = 1.0
+    """f_phi's learning rate over the model's."""
+    blend: float = 0.0
+    """The index blend: p falls linearly from 1 (RePo layers start as RoPE) to 0 over this fraction of the steps."""
+    zero_final: bool = False
+    """f_phi's last layer (final_map) at zero at init, so every position starts at 0 (the layers start as NoPE).
+    An option of the study's tiny models only."""
+
+    def seed_count(self, seeds: int) -> int:
+        return max(1, math.ceil(seeds * self.seeds - 1e-9))
+
+
+ARMS = (
+    Arm("repo", "RePo", "repo", against="nope-above"),
+    Arm("nope-above", "NoPE in RePo's layers", "nope"),
+    Arm("rope", "RoPE", "rope", upper=False, seeds=0.5),
+    Arm("nope", "NoPE in every layer", "nope", upper=False, seeds=0.5, against="rope"),
+    Arm("repo-lr10", "RePo, f_phi lr x10", "repo", seeds=0.25, against="repo", lr_multiplier=10.0),
+    Arm(
+        "repo-blend", "RePo, index blend over the first fifth", "repo", seeds=0.25, against="repo", blend=0.2
+    ),
+    Arm(
+        "repo-zero", "RePo, f_phi's last layer 0 at init", "repo", seeds=0.25, against="repo", zero_final=True
+    ),
+)
+"""The arms, RePo and its matched control (NoPE in RePo's layers, RoPE below: the model without f_phi) first;
+RoPE and NoPE in every layer with half the seeds; RePo's knobs with a quarter."""
+
+LEARNED = 0.9
+"""A model learned the recall when it answers at least this share of the queries at the training length: fixed
+before the study's runs (docs/research.md)."""
+
+TESTS = {  # name -> (length factor, pairs factor, YaRN factor)
+    "1x": (1, 1, 1),
+    "4x": (4, 4, 1),
+    "4x, YaRN": (4, 4, 4),
+    "8x": (8, 8, 1),
+    "8x, YaRN": (8, 8, 8),
+    "1x, 2x pairs": (1, 2, 1),
+    "1x, 4x pairs": (1, 4, 1),
+}
+"""Where each model is tested: at the training length; at 4x and 8x the length with as many times the pairs,
+as trained and with YaRN (its factor from the training length) in its RoPE layers and RePo's rotation (NoPE has
+no rotation to scale); and at the training length with 2x and 4x the pairs (the distractors), less noise."""
