@@ -28,7 +28,14 @@ from transformers import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import olmo_repo.hf  # noqa: F401  (registers repo_llama and repo_qwen3 with the Auto classes)
-from olmo_repo.hf import RepoLlamaConfig, RepoLlamaForCausalLM, RepoQwen3Config, RepoQwen3ForCausalLM
+from olmo_repo.hf import (
+    RepoCausalLMOutputWithPast,
+    RepoLlamaConfig,
+    RepoLlamaForCausalLM,
+    RepoModelOutputWithPast,
+    RepoQwen3Config,
+    RepoQwen3ForCausalLM,
+)
 from olmo_repo.hf.files import save_hf
 
 from .bounds import assert_within
@@ -202,9 +209,9 @@ def test_repo_forward_is_the_design_computed_by_hand_in_float64(case):
     print(f"\n{case}: max |logits - float64| {(out.logits - truth).abs().max():.3g}, bound {bound:.3g}")
     assert_within(out.logits, truth, roundings=roundings, what=f"{case} logits")
     assert sorted(out.positions) == sorted(positions)
-    name = type(model).__name__.removesuffix("ForCausalLM")  # outputs named for their model: RepoLlama...
-    assert type(out).__name__ == f"{name}CausalLMOutputWithPast"
-    assert type(model.model(ids, output_positions=True)).__name__ == f"{name}ModelOutputWithPast"
+    # every family's outputs are the shared stock ones plus `positions`
+    assert type(out) is RepoCausalLMOutputWithPast
+    assert type(model.model(ids, output_positions=True)) is RepoModelOutputWithPast
     for layer, z in positions.items():
         assert out.positions[layer].shape == (2, model.config.num_key_value_heads, 16)
         assert_within(out.positions[layer], z, roundings=roundings, what=f"{case} positions of layer {layer}")

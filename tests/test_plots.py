@@ -28,6 +28,7 @@ from .pictures import (
     row_of,
     runs,
     xticks,
+    yticks,
 )
 
 MARGIN = matplotlib.rcParams["axes.xmargin"]  # matplotlib's padding of automatic limits (0.05)
@@ -169,6 +170,23 @@ def test_positions_one_point_per_token(tmp_path):
     img = rgb(plots.plot_positions(torch.randn(1000), ["tok"] * 1000, tmp_path / "long.png"))
     (box,) = axes_boxes(img)
     assert len(xticks(img, box)) == len(range(0, 1000, 11))
+
+
+def test_learned_shares_draw_each_arm_s_share_and_wilson_interval_top_to_bottom(tmp_path):
+    from olmo_repo.eval.intervals import wilson_interval
+
+    learned = {"RePo": (3, 4), "NoPE": (0, 4)}
+    img = rgb(plots.plot_learned_shares(learned, tmp_path / "learned.png"))
+    (box,) = axes_boxes(img)
+    rows = yticks(img, box)
+    assert len(rows) == 2 and rows[0] < rows[1]  # the first arm on top
+    for row, (k, n) in zip(rows, learned.values()):
+        low, high = wilson_interval(k / n, n)
+        for share in (k / n, low, high):  # the point and both ends of its interval
+            assert near(img, "C0", row, col_of(box, 100 * share, -2, 112)), (k, n, share)
+    assert not near(img, "C0", rows[1], col_of(box, 75, -2, 112))
+    with pytest.raises(ValueError, match="no learned shares"):
+        plots.plot_learned_shares({"RePo": (3, 2)}, tmp_path / "x.png")
 
 
 def test_plots_refuse_what_they_cannot_draw(tmp_path):

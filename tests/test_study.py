@@ -217,6 +217,10 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
     report = run_study(tmp_path / "study", Study(seeds=1, scratch=shape), parts=("scratch",))
     text = report.read_text()
     assert not (tmp_path / "study" / "smollm2").exists()
+    figure = tmp_path / "study" / "scratch-learned.png"
+    assert (
+        figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![learned shares](scratch-learned.png)" in text
+    )
     assert "## SmolLM2-135M continued: the arms\n\n(to come)" in text and "| RePo |" in text
     assert re.search(
         r"^- scratch: [\d-]+ [\d:]+ to [\d-]+ [\d:]+ \(\d+ min this time\), commit \w+", text, re.M

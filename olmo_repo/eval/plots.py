@@ -29,6 +29,7 @@ from .positions import PATTERNS
 
 __all__ = [
     "plot_attention_mass",
+    "plot_learned_shares",
     "plot_loss_curves",
     "plot_niah_accuracy",
     "plot_niah_curves",
@@ -53,6 +54,17 @@ def _save(fig: Figure, path: PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, format="png")
     return path
+
+
+def _finish(fig: Figure, ax: Axes, path: PathLike, *, xlabel: str, ylabel: str, title: str) -> Path:
+    """A one-panel line or point figure's labels, grid, legend and title, saved to `path`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:  # a legend only where something is labelled
+        ax.legend(fontsize=8)
+    ax.set_title(title)
+    return _save(fig, path)
 
 
 def _label(token: str) -> str:
@@ -207,12 +219,8 @@ def plot_niah_accuracy(scores: Mapping[str, Mapping[int, float]], path: PathLike
     ax.minorticks_off()
     top = max(v for by_length in scores.values() for v in by_length.values())
     ax.set_ylim(0, 1.05 if top <= 1 else 105)  # fractions or percentages
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("NIAH score")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or "needle in a haystack against context length")
-    return _save(fig, path)
+    return _finish(fig, ax, path, xlabel="context length (tokens)", ylabel="NIAH score",
+                   title=title or "needle in a haystack against context length")  # fmt: skip
 
 
 def plot_niah_curves(
@@ -276,9 +284,25 @@ def plot_loss_curves(
                     linestyle=":", label=f"{name}, held out")  # fmt: skip
     if baseline is not None:
         ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="starting model, held out")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("cross-entropy (nats per token)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or "loss against the training step")
-    return _save(fig, path)
+    return _finish(fig, ax, path, xlabel="training step", ylabel="cross-entropy (nats per token)",
+                   title=title or "loss against the training step")  # fmt: skip
+
+
+def plot_learned_shares(learned: Mapping[str, tuple[int, int]], path: PathLike, *, title: str = "") -> Path:
+    """{arm: (models that learned, models)}: each arm's share with its Wilson 95% interval over its models, one
+    row per arm, top to bottom in the order given, "k/n" beside it."""
+    from .intervals import wilson_interval
+
+    if not learned or any(n < 1 or not 0 <= k <= n for k, n in learned.values()):
+        raise ValueError(f"no learned shares to plot: {dict(learned)}")
+    fig, (ax,) = _figure(6.5, 0.9 + 0.45 * len(learned))
+    for row, (k, n) in enumerate(learned.values()):
+        low, high = wilson_interval(k / n, n)
+        ax.errorbar([100 * k / n], [row], xerr=[[100 * (k / n - low)], [100 * (high - k / n)]], fmt="o",
+                    capsize=4, color="C0")  # fmt: skip
+        ax.annotate(f"{k}/{n}", (100 * high, row), xytext=(6, 0), textcoords="offset points", va="center")
+    ax.set_yticks(range(len(learned)), list(learned))
+    ax.set_ylim(len(learned) - 0.5, -0.5)  # the first arm on top
+    ax.set_xlim(-2, 112)
+    return _finish(fig, ax, path, xlabel="models that learned (%), with the Wilson 95% interval over seeds", ylabel="",
+                   title=title or "share of seeds that learned")  # fmt: skip

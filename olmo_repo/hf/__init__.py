@@ -28,10 +28,10 @@ from .configuration_repo_qwen3 import RepoQwen3Config
 from .formats import hub_kwargs, read_hf_config, read_reference, reference_config, weight_shapes
 from .modeling_repo_llama import RepoLlamaForCausalLM, RepoLlamaModel
 from .modeling_repo_olmo2 import (
-    RepoOlmo2CausalLMOutputWithPast,
+    RepoCausalLMOutputWithPast,
+    RepoModelOutputWithPast,
     RepoOlmo2ForCausalLM,
     RepoOlmo2Model,
-    RepoOlmo2ModelOutputWithPast,
 )
 from .modeling_repo_olmo3 import RepoOlmo3ForCausalLM, RepoOlmo3Model
 from .modeling_repo_qwen3 import RepoQwen3ForCausalLM, RepoQwen3Model
@@ -78,14 +78,14 @@ def attention_modules(model: PreTrainedModel) -> list[nn.Module]:
 
 __all__ = [
     "DTYPES",
+    "RepoCausalLMOutputWithPast",
     "RepoLlamaConfig",
     "RepoLlamaForCausalLM",
     "RepoLlamaModel",
-    "RepoOlmo2CausalLMOutputWithPast",
+    "RepoModelOutputWithPast",
     "RepoOlmo2Config",
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
-    "RepoOlmo2ModelOutputWithPast",
     "RepoOlmo3Config",
     "RepoOlmo3ForCausalLM",
     "RepoOlmo3Model",

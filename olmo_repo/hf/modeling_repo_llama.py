@@ -19,10 +19,7 @@ Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_llam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaDecoderLayer,
@@ -43,11 +40,9 @@ from .modeling_repo_olmo2 import (
 
 __all__ = [
     "RepoLlamaAttention",
-    "RepoLlamaCausalLMOutputWithPast",
     "RepoLlamaDecoderLayer",
     "RepoLlamaForCausalLM",
     "RepoLlamaModel",
-    "RepoLlamaModelOutputWithPast",
 ]
 
 
@@ -61,20 +56,6 @@ class RepoLlamaAttention(RepoAttentionMixin, LlamaAttention):
         projections = (self.q_proj, self.k_proj, self.v_proj)
         q, k, v = (heads(proj(hidden_states), self.head_dim).transpose(1, 2) for proj in projections)
         return q, k, v
-
-
-@dataclass
-class RepoLlamaModelOutputWithPast(BaseModelOutputWithPast):
-    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
-
-
-@dataclass
-class RepoLlamaCausalLMOutputWithPast(CausalLMOutputWithPast):
-    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
 
 
 class RepoLlamaPreTrainedModel(LlamaPreTrainedModel):
@@ -92,11 +73,9 @@ class RepoLlamaModel(RepoDecoderMixin, RepoLlamaPreTrainedModel, LlamaModel):
     """`LlamaModel` over `RepoLlamaDecoderLayer`s."""
 
     layer_class = RepoLlamaDecoderLayer
-    output_class = RepoLlamaModelOutputWithPast
 
 
 class RepoLlamaForCausalLM(RepoCausalLMMixin, RepoLlamaPreTrainedModel, LlamaForCausalLM):
     """`LlamaForCausalLM` over a `RepoLlamaModel`."""
 
     decoder_class = RepoLlamaModel
-    output_class = RepoLlamaCausalLMOutputWithPast

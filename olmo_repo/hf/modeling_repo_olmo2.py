@@ -62,15 +62,15 @@ from .rope import RepoLayer, record_positions
 
 __all__ = [
     "RepoAttentionMixin",
+    "RepoCausalLMOutputWithPast",
     "RepoCausalLMMixin",
     "RepoDecoderLayerMixin",
     "RepoDecoderMixin",
+    "RepoModelOutputWithPast",
     "RepoOlmo2Attention",
-    "RepoOlmo2CausalLMOutputWithPast",
     "RepoOlmo2DecoderLayer",
     "RepoOlmo2ForCausalLM",
     "RepoOlmo2Model",
-    "RepoOlmo2ModelOutputWithPast",
     "forward_with_positions",
     "heads",
 ]
@@ -189,14 +189,15 @@ def forward_with_positions(
 
 
 @dataclass
-class RepoOlmo2ModelOutputWithPast(BaseModelOutputWithPast):
-    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
+class RepoModelOutputWithPast(BaseModelOutputWithPast):
+    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers (every
+    family's decoder: the stock outputs are shared across families too)."""
 
     positions: dict[int, Tensor] | None = None
 
 
 @dataclass
-class RepoOlmo2CausalLMOutputWithPast(CausalLMOutputWithPast):
+class RepoCausalLMOutputWithPast(CausalLMOutputWithPast):
     """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
 
     positions: dict[int, Tensor] | None = None
@@ -221,7 +222,7 @@ class RepoDecoderMixin:
     output plus `positions`)."""
 
     layer_class: type[nn.Module]
-    output_class: type[BaseModelOutputWithPast]
+    output_class: type[BaseModelOutputWithPast] = RepoModelOutputWithPast
 
     def __init__(self, config: PretrainedConfig):
         super().__init__(config)
@@ -244,7 +245,7 @@ class RepoCausalLMMixin:
     `output_class`."""
 
     decoder_class: type[nn.Module]
-    output_class: type[CausalLMOutputWithPast]
+    output_class: type[CausalLMOutputWithPast] = RepoCausalLMOutputWithPast
 
     def __init__(self, config: PretrainedConfig):
         super().__init__(config)
@@ -273,11 +274,9 @@ class RepoOlmo2Model(RepoDecoderMixin, RepoOlmo2PreTrainedModel, Olmo2Model):
     """`Olmo2Model` over `RepoOlmo2DecoderLayer`s."""
 
     layer_class = RepoOlmo2DecoderLayer
-    output_class = RepoOlmo2ModelOutputWithPast
 
 
 class RepoOlmo2ForCausalLM(RepoCausalLMMixin, RepoOlmo2PreTrainedModel, Olmo2ForCausalLM):
     """`Olmo2ForCausalLM` over a `RepoOlmo2Model`."""
 
     decoder_class = RepoOlmo2Model
-    output_class = RepoOlmo2CausalLMOutputWithPast

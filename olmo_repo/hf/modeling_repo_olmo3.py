@@ -19,11 +19,9 @@ Remote code with `modeling_repo_olmo2.py` (which it builds on), the two configur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.olmo3.modeling_olmo3 import (
     Olmo3Attention,
     Olmo3DecoderLayer,
@@ -43,11 +41,9 @@ from .modeling_repo_olmo2 import (
 
 __all__ = [
     "RepoOlmo3Attention",
-    "RepoOlmo3CausalLMOutputWithPast",
     "RepoOlmo3DecoderLayer",
     "RepoOlmo3ForCausalLM",
     "RepoOlmo3Model",
-    "RepoOlmo3ModelOutputWithPast",
 ]
 
 
@@ -65,20 +61,6 @@ class RepoOlmo3Attention(RepoAttentionMixin, Olmo3Attention):
         )
 
 
-@dataclass
-class RepoOlmo3ModelOutputWithPast(BaseModelOutputWithPast):
-    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
-
-
-@dataclass
-class RepoOlmo3CausalLMOutputWithPast(CausalLMOutputWithPast):
-    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
-
-
 class RepoOlmo3PreTrainedModel(Olmo3PreTrainedModel):
     config: RepoOlmo3Config
     config_class = RepoOlmo3Config
@@ -94,11 +76,9 @@ class RepoOlmo3Model(RepoDecoderMixin, RepoOlmo3PreTrainedModel, Olmo3Model):
     """`Olmo3Model` over `RepoOlmo3DecoderLayer`s."""
 
     layer_class = RepoOlmo3DecoderLayer
-    output_class = RepoOlmo3ModelOutputWithPast
 
 
 class RepoOlmo3ForCausalLM(RepoCausalLMMixin, RepoOlmo3PreTrainedModel, Olmo3ForCausalLM):
     """`Olmo3ForCausalLM` over a `RepoOlmo3Model`."""
 
     decoder_class = RepoOlmo3Model
-    output_class = RepoOlmo3CausalLMOutputWithPast

@@ -22,10 +22,7 @@ Remote code with `modeling_repo_olmo2.py` (the mixins), `configuration_repo_qwen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
     Qwen3DecoderLayer,
@@ -46,11 +43,9 @@ from .modeling_repo_olmo2 import (
 
 __all__ = [
     "RepoQwen3Attention",
-    "RepoQwen3CausalLMOutputWithPast",
     "RepoQwen3DecoderLayer",
     "RepoQwen3ForCausalLM",
     "RepoQwen3Model",
-    "RepoQwen3ModelOutputWithPast",
 ]
 
 
@@ -68,20 +63,6 @@ class RepoQwen3Attention(RepoAttentionMixin, Qwen3Attention):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
-@dataclass
-class RepoQwen3ModelOutputWithPast(BaseModelOutputWithPast):
-    """`BaseModelOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
-
-
-@dataclass
-class RepoQwen3CausalLMOutputWithPast(CausalLMOutputWithPast):
-    """`CausalLMOutputWithPast` plus `positions`: {layer id: [B, H_kv, T] fp32} of the RePo layers."""
-
-    positions: dict[int, Tensor] | None = None
-
-
 class RepoQwen3PreTrainedModel(Qwen3PreTrainedModel):
     config: RepoQwen3Config
     config_class = RepoQwen3Config
@@ -97,11 +78,9 @@ class RepoQwen3Model(RepoDecoderMixin, RepoQwen3PreTrainedModel, Qwen3Model):
     """`Qwen3Model` over `RepoQwen3DecoderLayer`s."""
 
     layer_class = RepoQwen3DecoderLayer
-    output_class = RepoQwen3ModelOutputWithPast
 
 
 class RepoQwen3ForCausalLM(RepoCausalLMMixin, RepoQwen3PreTrainedModel, Qwen3ForCausalLM):
     """`Qwen3ForCausalLM` over a `RepoQwen3Model`."""
 
     decoder_class = RepoQwen3Model
-    output_class = RepoQwen3CausalLMOutputWithPast

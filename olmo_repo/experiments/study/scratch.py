@@ -23,9 +23,18 @@ from ...tables import markdown_table
 from ..stages import Stages, digest
 from .task import ARMS, LEARNED, TESTS, Arm, TinyModel
 
-__all__ = ["TEST_SEQUENCES", "jobs", "run_scratch", "scratch_results", "scratch_section"]
+__all__ = [
+    "FIGURE",
+    "TEST_SEQUENCES",
+    "jobs",
+    "learned_counts",
+    "run_scratch",
+    "scratch_results",
+    "scratch_section",
+]
 
 TEST_SEQUENCES = 200  # per test, of 8 queries each
+FIGURE = "scratch-learned.png"  # the learned shares, beside the study's report.md
 TEST_SEED = 10_000  # test sequences are drawn apart from every training seed, the same for every model
 
 
@@ -127,6 +136,19 @@ def _inputs(shape: TinyModel, sequences: int, arm: Arm) -> str:
     )
 
 
+def _runs(results: dict[str, Any], seeds: int) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """{arm key: [(seed, result)]} of the models in `results`, each arm's seeds in order."""
+    return {arm.key: [(seed, results[f"{arm.key}-{seed}"]) for a, seed in jobs(seeds)
+                      if a is arm and f"{arm.key}-{seed}" in results] for arm in ARMS}  # fmt: skip
+
+
+def learned_counts(results: dict[str, Any], seeds: int) -> dict[str, tuple[int, int]]:
+    """{arm label: (models that learned, models)} of the arms with a model in `results`."""
+    labels = {arm.key: arm.label for arm in ARMS}
+    return {labels[key]: (sum(_share(r["1x"]) >= LEARNED for _, r in done), len(done))
+            for key, done in _runs(results, seeds).items() if done}  # fmt: skip
+
+
 def _share(right_scored: list[int]) -> float:
     return right_scored[0] / right_scored[1]
 
@@ -144,8 +166,7 @@ def scratch_section(
     from ...eval.intervals import detectable_difference, fisher_greater, t_interval, wilson_interval
 
     arms = {arm.key: arm for arm in ARMS}
-    runs = {arm.key: [(seed, results[f"{arm.key}-{seed}"]) for a, seed in jobs(seeds) if a is arm
-                      and f"{arm.key}-{seed}" in results] for arm in ARMS}  # fmt: skip
+    runs = _runs(results, seeds)
     learned = {
         key: [(seed, r) for seed, r in done if _share(r["1x"]) >= LEARNED] for key, done in runs.items()
     }
@@ -211,6 +232,7 @@ def scratch_section(
         f"at the training length (fixed before the runs); guessing among the context's values scores 1 in "
         f"{t.pairs}.\n\n"
         "### Which models learned\n\n"
+        f"![learned shares]({FIGURE})\n\n"
         "Learned share over seeds with its Wilson 95% interval; the one-sided Fisher exact test that the arm learns "
         "more often than the one it is compared with, and the smallest true excess over that arm's observed share "
         "these seed counts detect (80% power, 5% one-sided); each seed's accuracy at the training length.\n\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..smollm2.options import STUDY_ARMS, Recipe
 from ..smollm2.recipe import run_recipe
 from ..stages import Stages
-from .scratch import run_scratch, scratch_results, scratch_section
+from .scratch import FIGURE, learned_counts, run_scratch, scratch_results, scratch_section
 from .task import TinyModel
 
 __all__ = ["PARTS", "Study", "run_study"]
@@ -131,6 +131,11 @@ def _commit() -> str:
 def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
     results = scratch_results(folder, study.scratch, study.seeds, partial=True)
+    if results:
+        from ...eval.plots import plot_learned_shares
+
+        plot_learned_shares(learned_counts(results, study.seeds), folder.entry(FIGURE),
+                            title=f"from scratch: models that learned the recall ({len(results)} models)")  # fmt: skip
     parts = [
         "# Learning positions on one machine: the study\n",
         "Options: " + json.dumps(study.options()) + "\n",
