@@ -214,7 +214,7 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
     """`position_study.py --only scratch`: minutes, not the SmolLM2 part's hours; the report shows the part with
     the commit and load it ran at, and the other part as still to come."""
     shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=2, batch=4, task=Task(length=64))
-    report = run_study(tmp_path / "study", Study(seeds=1, scratch=shape), parts=("scratch",))
+    report = run_study(tmp_path / "study", Study(seeds=1, scratch=shape, sequences=4), parts=("scratch",))
     text = report.read_text()
     assert not (tmp_path / "study" / "smollm2").exists()
     figure = tmp_path / "study" / "scratch-learned.png"
@@ -225,7 +225,10 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
     assert re.search(
         r"^- scratch: [\d-]+ [\d:]+ to [\d-]+ [\d:]+ \(\d+ min this time\), commit \w+", text, re.M
     )
-    assert run_study(tmp_path / "study", Study(seeds=1, scratch=shape), parts=()).read_text() == text
+    assert (
+        run_study(tmp_path / "study", Study(seeds=1, scratch=shape, sequences=4), parts=()).read_text()
+        == text
+    )
 
 
 def test_a_file_for_the_study_s_folder_is_named_as_the_study_s(tmp_path):

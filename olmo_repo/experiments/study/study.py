@@ -22,7 +22,7 @@ from pathlib import Path
 from ..smollm2.options import STUDY_ARMS, Recipe
 from ..smollm2.recipe import run_recipe
 from ..stages import Stages
-from .scratch import FIGURE, learned_counts, run_scratch, scratch_results, scratch_section
+from .scratch import FIGURE, TEST_SEQUENCES, learned_counts, run_scratch, scratch_results, scratch_section
 from .task import TinyModel
 
 __all__ = ["PARTS", "Study", "run_study"]
@@ -36,6 +36,8 @@ class Study:
 
     recipe: Recipe = Recipe(lengths=(1024, 2048), arms=STUDY_ARMS)
     seeds: int = 20
+    sequences: int = TEST_SEQUENCES
+    """Test sequences per model and test (8 queries each)."""
     scratch: TinyModel = field(default_factory=TinyModel)
 
     def options(self) -> dict[str, object]:
@@ -59,7 +61,8 @@ def run_study(out: Path, study: Study = Study(), parts: tuple[str, ...] = PARTS)
         _report(folder, study, conditions)
     if "scratch" in parts:
         with conditions.part("scratch", folder.path):
-            run_scratch(folder, study.scratch, study.seeds, after=lambda: _report(folder, study, conditions))
+            run_scratch(folder, study.scratch, study.seeds, sequences=study.sequences,
+                        after=lambda: _report(folder, study, conditions))  # fmt: skip
     report = _report(folder, study, conditions)
     print(f"\nstudy report: {report}")
     return report
@@ -130,7 +133,7 @@ def _commit() -> str:
 
 def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
-    results = scratch_results(folder, study.scratch, study.seeds, partial=True)
+    results = scratch_results(folder, study.scratch, study.seeds, study.sequences, partial=True)
     if results:
         from ...eval.plots import plot_learned_shares
 
@@ -142,7 +145,9 @@ def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
         "## Where and when\n\n" + conditions.text() + "\n",
         "## SmolLM2-135M continued: the arms\n\n"
         + ("In [smollm2/report.md](smollm2/report.md).\n" if smollm2.is_file() else "(to come)\n"),
-        scratch_section(results, study.scratch, study.seeds) if results else "## From scratch\n\n(to come)\n",
+        scratch_section(results, study.scratch, study.seeds, study.sequences)
+        if results
+        else "## From scratch\n\n(to come)\n",
     ]
     folder.write_text("report.md", "\n".join(parts))
     return folder.path / "report.md"
