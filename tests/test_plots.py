@@ -189,6 +189,26 @@ def test_learned_shares_draw_each_arm_s_share_and_wilson_interval_top_to_bottom(
         plots.plot_learned_shares({"RePo": (3, 2)}, tmp_path / "x.png")
 
 
+def test_loss_panels_draw_each_group_s_runs_marked_or_not_on_a_log_axis(tmp_path):
+    curves = {"RePo": {"seed 0": {100: 1.0, 200: 0.01}, "seed 1": {100: 1.0, 200: 1.0}},
+              "RoPE": {"seed 0": {100: 0.1, 200: 0.01}}}  # fmt: skip
+    img = rgb(plots.plot_loss_panels(curves, tmp_path / "panels.png", marked={("RePo", "seed 0"), ("RoPE", "seed 0")},
+                                     reference=(1.39, "guess")))  # fmt: skip
+    left, right = axes_boxes(img)  # a panel per group, side by side
+    # RePo: the learned seed (C0) falls from 1 to 0.01 and the other (C1) stays at 1: at the last step C0 is far
+    # below C1 (a log axis shared by both panels); RoPE's only run is marked
+    top, bottom, x0, x1 = left
+    end = round(x1 - 0.05 / 1.1 * (x1 - x0)) - 3  # the last step, inside matplotlib's margin
+    column = img[top:bottom, end - 2 : end + 3]
+    # thin lines are antialiased: a looser tolerance, still far from the other colour
+    c0, c1 = (np.flatnonzero(matches(column, colour, tol=0.3).any(1)) for colour in ("C0", "C1"))
+    assert len(c0) and len(c1) and c0.min() > c1.max() + 100  # rows grow downwards
+    top, bottom, x0, x1 = right
+    assert matches(img[top:bottom, x0:x1], "C0").any() and not matches(img[top:bottom, x0:x1], "C1").any()
+    with pytest.raises(ValueError, match="no loss curves"):
+        plots.plot_loss_panels({"RePo": {"seed 0": {}}}, tmp_path / "x.png")
+
+
 def test_plots_refuse_what_they_cannot_draw(tmp_path):
     with pytest.raises(ValueError, match="one token per position"):
         plots.plot_positions(torch.zeros(3), ["a", "b"], tmp_path / "x.png")

@@ -136,6 +136,9 @@ def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_pa
             right, scored = result[test]
             assert 0 <= right <= scored == 4 * 8  # 8 queries a sequence
     assert list(results["repo-0"]["positions"]) == ["1", "2"]  # layers 1..2 of 3
+    assert all(
+        len(r["curve"]) == 1 for r in results.values()
+    )  # the answers' loss per 100 steps (2 steps: one)
     # matched: the same weights and batches, so RePo and its control differ by f_phi alone from the first step
     assert results["rope-0"]["loss"] != results["nope-above-0"]["loss"]
     stages = json.loads((tmp_path / "study" / "stages.json").read_text())
@@ -156,18 +159,22 @@ def test_the_section_ranks_by_learned_share_with_fisher_s_test_and_the_tests_amo
     4; the tests among learned models are their means with a t interval over seeds."""
     shape = TinyModel()
 
-    def result(share, longer=0.5):  # noqa: E306
-        return {"loss": 0.1, "wall_s": 60.0, "load": 2.0,
+    def result(share, longer=0.5, fell=50):  # noqa: E306  (fell: the 100-step block the loss fell under 0.1 in)
+        return {"loss": 0.1, "wall_s": 60.0, "load": 2.0, "curve": [1.0] * fell + [0.05] * (50 - fell),
                 **{test: [round(1600 * (share if test == "1x" else longer)), 1600] for test in TESTS}}  # fmt: skip
 
     results = {f"{arm.key}-{seed}": result(0.25) for arm, seed in jobs(4)}
-    results.update({"repo-0": result(1.0, 0.4), "repo-1": result(0.95, 0.5), "repo-2": result(0.9, 0.6)})
+    results.update(
+        {"repo-0": result(1.0, 0.4, 10), "repo-1": result(0.95, 0.5, 30), "repo-2": result(0.9, 0.6, 20)}
+    )
     text = scratch_section(results, shape, 4)
     # p = C(4,3) C(4,0) / C(8,3) = 4 / 56 = 0.071 (one-sided: 3 or more of the 3 learned in RePo)
     assert "| RePo | 3/4 | 75.0 [30.1, 95.4] | 0.071 (vs NoPE in RePo's layers: 0/4) |" in text
     assert (
-        "| RePo | 3 | 95.0 [82.6, 100.0] | 50.0 [25.2, 74.8] |" in text
-    )  # t(2) 4.303 x sd / sqrt(3), in [0, 100]
+        "| RePo | 3 | 2000 [1000, 3000] | 95.0 [82.6, 100.0] | 50.0 [25.2, 74.8] |" in text
+    )  # the loss under 0.1 from step: median [min, max]; t(2) 4.303 x sd / sqrt(3), in [0, 100]
+    assert "| RePo | 1 | yes |" in text and "| 0.100 | 3000 | 1.0 | 2.0 |" in text  # seed 1's row
+    assert "| RoPE | 0 | no |" in text and "| 0.100 | - | 1.0 | 2.0 |" in text  # never under 0.1
     partial = scratch_section({k: v for k, v in results.items() if k != "repo-3"}, shape, 4)
     assert "(**14 of its 15 models so far**)" in partial
 
@@ -217,6 +224,7 @@ def test_the_study_runs_its_from_scratch_part_alone_and_reports_it_with_its_cond
     report = run_study(tmp_path / "study", Study(seeds=1, scratch=shape, sequences=4), parts=("scratch",))
     text = report.read_text()
     assert not (tmp_path / "study" / "smollm2").exists()
+    assert (tmp_path / "study" / "scratch-curves.png").read_bytes()[:4] == b"\x89PNG"
     figure = tmp_path / "study" / "scratch-learned.png"
     assert (
         figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![learned shares](scratch-learned.png)" in text

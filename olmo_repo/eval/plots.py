@@ -15,7 +15,7 @@ returns the path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ __all__ = [
     "plot_attention_mass",
     "plot_learned_shares",
     "plot_loss_curves",
+    "plot_loss_panels",
     "plot_niah_accuracy",
     "plot_niah_curves",
     "plot_pattern_shares",
@@ -253,6 +254,50 @@ def plot_niah_curves(
         ax.set_title(group)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_loss_panels(
+    curves: Mapping[str, Mapping[str, Mapping[int, float]]],
+    path: PathLike,
+    *,
+    marked: Collection[tuple[str, str]] = (),
+    reference: tuple[float, str] | None = None,
+    ylabel: str = "loss",
+    title: str = "",
+) -> Path:
+    """Many runs' losses against the step: one panel per group ({group: {run: {step: loss}}}, up to four panels a
+    row, a shared log y axis), one thin line per run, in C0 where (group, run) is `marked` (e.g. the runs that
+    learned) and C1 elsewhere; `reference` (value, label) as a dashed line in every panel (e.g. chance)."""
+    if (
+        not curves
+        or not all(curves.values())
+        or not all(c for runs in curves.values() for c in runs.values())
+    ):
+        raise ValueError("no loss curves to plot")
+    cols = min(4, len(curves))
+    rows = -(-len(curves) // cols)
+    fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(rows, cols, squeeze=False, sharey=True).flat)
+    for ax, (group, runs) in zip(axes, curves.items()):
+        for run, by_step in runs.items():
+            steps = sorted(by_step)
+            ax.plot(steps, [by_step[s] for s in steps], linewidth=1.0,
+                    color="C0" if (group, run) in marked else "C1")  # fmt: skip
+        if reference is not None:
+            ax.axhline(reference[0], color="grey", linestyle="--", linewidth=1, label=reference[1])
+        ax.set_yscale("log")
+        ax.set_title(f"{group} ({len(runs)})", fontsize=9)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(curves) :]:
+        ax.set_axis_off()
+    axes[0].set_ylabel(ylabel)
+    if reference is not None:
+        axes[0].legend(fontsize=7)
     if title:
         fig.suptitle(title)
     return _save(fig, path)

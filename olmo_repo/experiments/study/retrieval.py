@@ -9,7 +9,6 @@ drawn batches, one thread each: what is measured is the position mode, at a size
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -73,15 +72,13 @@ def build(arm: Arm, shape: TinyModel, seed: int, yarn: int = 1) -> torch.nn.Modu
     return built
 
 
-def train(
-    arm: Arm, shape: TinyModel, seed: int, progress: Callable[[int, float], None] | None = None
-) -> tuple[torch.nn.Module, dict[str, float]]:
+def train(arm: Arm, shape: TinyModel, seed: int) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train `arm` from scratch (AdamW (0.9, 0.95), weight decay 0.1, clipping 1.0; a linear warm-up, the peak
     held, then a linear decay to 0 over the last fifth: recall appears after a plateau, at the peak rate; f_phi at
     `arm.lr_multiplier` times the rate, and RePo layers blended with the index as `arm.blend` says) on
     `shape.steps` fresh batches drawn with `seed` (the same for every arm), on their targets (the answers and the
-    noise); returns the model (eval mode, no blend), the mean loss on the answers over the last 100 steps and the
-    wall time. `progress(step, loss)` every 100 steps."""
+    noise); returns the model (eval mode, no blend) and its facts: `loss`, the mean loss on the answers over the
+    last 100 steps; `curve`, that mean for every 100 steps (when the recall appeared); `wall_s`."""
     from ...modes import index_blend
     from ...rope import repo_layers, set_index_blend
 
@@ -94,7 +91,7 @@ def train(
     opt = torch.optim.AdamW(groups, lr=shape.lr, betas=(0.9, 0.95), weight_decay=0.1)
     blend_steps = round(arm.blend * shape.steps)
     gen = torch.Generator().manual_seed(seed)
-    start, losses = time.monotonic(), []
+    start, losses, curve = time.monotonic(), [], []
     for step in range(shape.steps):
         warm, decay = (step + 1) / shape.warmup, (shape.steps - step) / (0.2 * shape.steps)
         for group in opt.param_groups:
@@ -109,10 +106,15 @@ def train(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss[answers.flatten()].mean().item())
-        if progress is not None and (step % 100 == 99 or step == shape.steps - 1):
-            progress(step + 1, sum(losses[-100:]) / len(losses[-100:]))
+        if step % 100 == 99 or step == shape.steps - 1:
+            curve.append(round(sum(losses[-100:]) / len(losses[-100:]), 5))
     set_index_blend(model, 0.0)
-    return model.eval(), {"loss": sum(losses[-100:]) / len(losses[-100:]), "wall_s": time.monotonic() - start}
+    facts = {
+        "loss": sum(losses[-100:]) / len(losses[-100:]),
+        "curve": curve,
+        "wall_s": time.monotonic() - start,
+    }
+    return model.eval(), facts
 
 
 @torch.no_grad()

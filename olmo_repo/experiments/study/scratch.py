@@ -24,10 +24,12 @@ from ..stages import Stages, digest
 from .task import ARMS, LEARNED, TESTS, Arm, TinyModel
 
 __all__ = [
+    "CURVES",
     "FIGURE",
     "TEST_SEQUENCES",
     "jobs",
     "learned_counts",
+    "loss_curves",
     "run_scratch",
     "scratch_results",
     "scratch_section",
@@ -35,6 +37,8 @@ __all__ = [
 
 TEST_SEQUENCES = 200  # per test, of 8 queries each
 FIGURE = "scratch-learned.png"  # the learned shares, beside the study's report.md
+CURVES = "scratch-curves.png"  # every model's answers' loss against the step
+FELL = 0.1  # the answers' training loss under which the recall counts as found (the guess's is ln 4 = 1.39)
 TEST_SEED = 10_000  # test sequences are drawn apart from every training seed, the same for every model
 
 
@@ -149,6 +153,40 @@ def learned_counts(results: dict[str, Any], seeds: int) -> dict[str, tuple[int, 
             for key, done in _runs(results, seeds).items() if done}  # fmt: skip
 
 
+def _fell_step(result: dict[str, Any]) -> int | None:
+    """The step from which the answers' training loss stayed under FELL (each 100-step mean of `curve`), if it
+    did (None: never, or a result recorded before curves were)."""
+    curve = result.get("curve") or []
+    for i in range(len(curve)):
+        if all(loss < FELL for loss in curve[i:]):
+            return 100 * i
+    return None
+
+
+def _fell(result: dict[str, Any]) -> str:
+    step = _fell_step(result)
+    return "-" if step is None else str(step)
+
+
+def loss_curves(
+    results: dict[str, Any], shape: TinyModel, seeds: int
+) -> tuple[dict[str, dict[str, dict[int, float]]], set]:
+    """({arm label: {"seed N": {step: answers' loss}}}, the (label, "seed N") that learned) of the models in
+    `results` that recorded a curve: `plots.plot_loss_panels`'s input."""
+    labels = {arm.key: arm.label for arm in ARMS}
+    curves: dict[str, dict[str, dict[int, float]]] = {}
+    learned = set()
+    for key, done in _runs(results, seeds).items():
+        for seed, r in done:
+            if r.get("curve"):
+                curves.setdefault(labels[key], {})[f"seed {seed}"] = {
+                    min(100 * (i + 1), shape.steps): x for i, x in enumerate(r["curve"])
+                }
+                if _share(r["1x"]) >= LEARNED:
+                    learned.add((labels[key], f"seed {seed}"))
+    return curves, learned
+
+
 def _share(right_scored: list[int]) -> float:
     return right_scored[0] / right_scored[1]
 
@@ -202,14 +240,17 @@ def scratch_section(
             else:
                 interval = ""
             cells.append(f"{_pct(mean)}{interval}")
-        among.append([arms[key].label, str(len(done)), *cells])
+        fell = sorted(s for _, r in done if (s := _fell_step(r)) is not None)
+        when = f"{fell[len(fell) // 2]} [{fell[0]}, {fell[-1]}]" if fell else "-"
+        among.append([arms[key].label, str(len(done)), when, *cells])
 
     every, positions = [], []
     for key, done in runs.items():
         for seed, r in done:
             mark = "yes" if _share(r["1x"]) >= LEARNED else "no"
             every.append([arms[key].label, str(seed), mark, *(_pct(_share(r[test])) for test in TESTS),
-                          f"{r['loss']:.3f}", f"{r['wall_s'] / 60:.1f}", f"{r.get('load', float('nan')):.1f}"])  # fmt: skip
+                          f"{r['loss']:.3f}", _fell(r), f"{r['wall_s'] / 60:.1f}",
+                          f"{r.get('load', float('nan')):.1f}"])  # fmt: skip
             if "positions" in r:
                 layers = [f"{layer}: {s['std']:.2f}, [{s['p05']:.2f}, {s['p95']:.2f}], {s['rank_corr']:+.2f}"
                           for layer, s in r["positions"].items()]  # fmt: skip
@@ -232,7 +273,7 @@ def scratch_section(
         f"at the training length (fixed before the runs); guessing among the context's values scores 1 in "
         f"{t.pairs}.\n\n"
         "### Which models learned\n\n"
-        f"![learned shares]({FIGURE})\n\n"
+        f"![learned shares]({FIGURE})\n\n![answers' loss curves]({CURVES})\n\n"
         "Learned share over seeds with its Wilson 95% interval; the one-sided Fisher exact test that the arm learns "
         "more often than the one it is compared with, and the smallest true excess over that arm's observed share "
         "these seed counts detect (80% power, 5% one-sided); each seed's accuracy at the training length.\n\n"
@@ -242,10 +283,15 @@ def scratch_section(
         + "\n\n### Among the models that learned\n\n"
         "Accuracy % per test: the mean over the models that learned, with its t 95% interval over seeds (cut to "
         "0-100; each "
-        "seed's figure in the table below). Tests: at 4x and 8x the length with as many times the pairs, as "
+        "seed's figure in the table below); the step from which the answers' training loss stayed under "
+        f"{FELL} (median, [min, max]). Tests: at 4x and 8x the length with as many times the pairs, as "
         "trained and with YaRN (its factor from the training length); at the training length with 2x and 4x the "
         f"pairs (distractors). Guessing scores 1 in {4 * t.pairs} at 4x and 1 in {8 * t.pairs} at 8x.\n\n"
-        + (markdown_table(["model", "learned", *TESTS], among) if among else "(none learned)")
+        + (
+            markdown_table(["model", "learned", f"loss < {FELL} from step", *TESTS], among)
+            if among
+            else "(none learned)"
+        )
         + "\n\n### Every model\n\n"
         + markdown_table(
             [
@@ -254,6 +300,7 @@ def scratch_section(
                 "learned",
                 *(f"% {test}" for test in TESTS),
                 "answers' train loss, last 100 steps",
+                f"loss < {FELL} from step",
                 "min",
                 "load",
             ],

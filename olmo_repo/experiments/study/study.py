@@ -12,6 +12,7 @@ measurements of one machine, and a figure without its conditions is not one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -22,7 +23,16 @@ from pathlib import Path
 from ..smollm2.options import STUDY_ARMS, Recipe
 from ..smollm2.recipe import run_recipe
 from ..stages import Stages
-from .scratch import FIGURE, TEST_SEQUENCES, learned_counts, run_scratch, scratch_results, scratch_section
+from .scratch import (
+    CURVES,
+    FIGURE,
+    TEST_SEQUENCES,
+    learned_counts,
+    loss_curves,
+    run_scratch,
+    scratch_results,
+    scratch_section,
+)
 from .task import TinyModel
 
 __all__ = ["PARTS", "Study", "run_study"]
@@ -135,10 +145,15 @@ def _report(folder: Stages, study: Study, conditions: _Conditions) -> Path:
     smollm2 = folder.path / "smollm2" / "report.md"
     results = scratch_results(folder, study.scratch, study.seeds, study.sequences, partial=True)
     if results:
-        from ...eval.plots import plot_learned_shares
+        from ...eval.plots import plot_learned_shares, plot_loss_panels
 
         plot_learned_shares(learned_counts(results, study.seeds), folder.entry(FIGURE),
                             title=f"from scratch: models that learned the recall ({len(results)} models)")  # fmt: skip
+        curves, learned = loss_curves(results, study.scratch, study.seeds)
+        if curves:
+            guess = math.log(study.scratch.task.pairs)
+            plot_loss_panels(curves, folder.entry(CURVES), marked=learned, reference=(guess, "guessing among the values"),
+                             ylabel="answers' training loss", title="from scratch, each model (blue: learned)")  # fmt: skip
     parts = [
         "# Learning positions on one machine: the study\n",
         "Options: " + json.dumps(study.options()) + "\n",
