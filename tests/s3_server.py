@@ -29,15 +29,23 @@ def _start() -> int:
         stderr=subprocess.DEVNULL,
     )
     atexit.register(lambda: (server.terminate(), server.wait()))
-    deadline = time.monotonic() + 30
+    # Ready when it answers HTTP, not when its port accepts: on a loaded machine the port opened while the
+    # server still reset the first request (a CI failure: ConnectionResetError on the first reset call).
+    deadline = time.monotonic() + 60
     while True:
         assert server.poll() is None, "moto_server exited at its start (port taken?)"
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            _reset(port)
             return port
-        except OSError:
-            assert time.monotonic() < deadline, "moto_server did not start"
-            time.sleep(0.1)
+        except OSError:  # refused, reset, or timed out (URLError is an OSError)
+            assert time.monotonic() < deadline, "moto_server did not answer within 60 s"
+            time.sleep(0.2)
+
+
+def _reset(port: int) -> None:
+    """Empty the server (moto's reset API)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+    urllib.request.urlopen(request, timeout=30).close()
 
 
 @contextmanager
@@ -47,10 +55,9 @@ def loopback_s3() -> Iterator[dict[str, str]]:
     global _port
     if _port is None:
         _port = _start()
+    else:
+        _reset(_port)
     endpoint = f"http://127.0.0.1:{_port}"
-    urllib.request.urlopen(
-        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30
-    ).close()
     yield {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",

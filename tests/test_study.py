@@ -246,3 +246,52 @@ def test_a_file_for_the_study_s_folder_is_named_as_the_study_s(tmp_path):
     ):
         run_study(tmp_path / "mine", Study(), parts=("scratch",))
     assert (tmp_path / "mine").read_text() == "mine"
+
+
+def test_ctrl_c_ends_the_from_scratch_part_at_once_and_leaves_no_worker(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group) while models train: the part ends within
+    seconds, its workers with it, and what finished stays recorded (a pool that waited for every queued model
+    kept a 75-model study running after Ctrl-C)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from olmo_repo.experiments.study.study import Study, run_study\n"
+        "from olmo_repo.experiments.study.task import Task, TinyModel\n"
+        "shape = TinyModel(layers=3, hidden=32, heads=2, mlp=32, steps=10**6, batch=4, task=Task(length=64))\n"
+        "run_study(Path(sys.argv[1]), Study(seeds=2, scratch=shape, sequences=4), parts=('scratch',))\n"
+    )
+    study = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "study")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        assert "models to train" in study.stdout.readline() + study.stdout.readline()
+        time.sleep(3)  # the workers start and train
+        os.killpg(study.pid, signal.SIGINT)
+        start = time.monotonic()
+        output = study.communicate(timeout=60)[0]
+        assert time.monotonic() - start < 30 and "KeyboardInterrupt" in output
+        deadline = (
+            time.monotonic() + 15
+        )  # multiprocessing's resource tracker follows its parent within seconds
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(study.pid, 0)
+            except ProcessLookupError:
+                break  # nothing of its group is left
+            time.sleep(0.2)
+        else:
+            raise AssertionError("a process of the study's group outlived it by 15 s")
+        records = json.loads((tmp_path / "study" / "stages.json").read_text())
+        assert not any(r["done"] for name, r in records.items() if name.startswith("scratch-"))
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)

@@ -13,9 +13,9 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "scratch_section",
 ]
 
+Runs = dict[str, list[tuple[int, dict[str, Any]]]]  # {arm key: [(seed, result)]}
 TEST_SEQUENCES = 200  # per test, of 8 queries each
 FIGURE = "scratch-learned.png"  # the learned shares, beside the study's report.md
 CURVES = "scratch-curves.png"  # every model's answers' loss against the step
@@ -45,6 +46,17 @@ TEST_SEED = 10_000  # test sequences are drawn apart from every training seed, t
 def jobs(seeds: int, arms: Sequence[Arm] = ARMS) -> list[tuple[Arm, int]]:
     """Every (arm, seed) of a study of `seeds` seeds, seed by seed: a study cut short holds whole seeds."""
     return [(arm, seed) for seed in range(seeds) for arm in arms if seed < arm.seed_count(seeds)]
+
+
+def _ignore_sigint() -> None:
+    """A worker's start: a terminal's Ctrl-C reaches the whole process group, and only the parent acts on it
+    (it terminates the workers), so a worker does not die mid-model printing a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _job(job: tuple[Arm, int, TinyModel, int]) -> tuple[Arm, int, dict[str, Any]]:
+    arm, seed, shape, sequences = job
+    return arm, seed, _one(arm, seed, shape, sequences)
 
 
 def _one(arm: Arm, seed: int, shape: TinyModel, sequences: int) -> dict[str, Any]:
@@ -97,11 +109,12 @@ def run_scratch(
         context = multiprocessing.get_context("spawn")  # a fresh interpreter each: no forked torch state
         os.environ.update({"OMP_NUM_THREADS": "1"})
         done = len(every) - len(todo)
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = {pool.submit(_one, arm, seed, shape, sequences): (arm, seed) for arm, seed in todo}
-            for future in as_completed(futures):
-                arm, seed = futures[future]
-                result = future.result()
+        # Leaving the pool's block terminates its workers: a Ctrl-C or a failed model ends the part at once,
+        # losing only the models under way (concurrent.futures' pool would wait for every queued model first).
+        with context.Pool(workers, initializer=_ignore_sigint) as pool:
+            for arm, seed, result in pool.imap_unordered(
+                _job, [(arm, seed, shape, sequences) for arm, seed in todo]
+            ):
                 folder.finish(f"scratch-{arm.key}-{seed}", result=json.dumps(result))
                 done += 1
                 first = result["1x"]
@@ -140,7 +153,7 @@ def _inputs(shape: TinyModel, sequences: int, arm: Arm) -> str:
     )
 
 
-def _runs(results: dict[str, Any], seeds: int) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+def _runs(results: dict[str, Any], seeds: int) -> Runs:
     """{arm key: [(seed, result)]} of the models in `results`, each arm's seeds in order."""
     return {arm.key: [(seed, results[f"{arm.key}-{seed}"]) for a, seed in jobs(seeds)
                       if a is arm and f"{arm.key}-{seed}" in results] for arm in ARMS}  # fmt: skip
@@ -195,21 +208,12 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def scratch_section(
-    results: dict[str, Any], shape: TinyModel, seeds: int, sequences: int = TEST_SEQUENCES
-) -> str:
-    """The Markdown section: which models learned and how the arms rank by it; the tests among the models that
-    learned; every model's figures; the RePo models' positions; the setup. `results` may hold part of the study
-    (the models finished so far): the section says how many."""
-    from ...eval.intervals import detectable_difference, fisher_greater, t_interval, wilson_interval
+def _rank_rows(runs: Runs, learned: Runs) -> list[list[str]]:
+    """Per arm: learned k/n, the share with its Wilson interval over seeds, Fisher's test against the arm it is
+    compared with and the difference those counts detect, each seed's accuracy at the training length."""
+    from ...eval.intervals import detectable_difference, fisher_greater, wilson_interval
 
-    arms = {arm.key: arm for arm in ARMS}
-    runs = _runs(results, seeds)
-    learned = {
-        key: [(seed, r) for seed, r in done if _share(r["1x"]) >= LEARNED] for key, done in runs.items()
-    }
-
-    ranks = []
+    arms, rows = {arm.key: arm for arm in ARMS}, []
     for key, done in runs.items():
         if not done:
             continue
@@ -219,42 +223,65 @@ def scratch_section(
         if (other := arms[key].against) and runs[other]:
             m, j = len(runs[other]), len(learned[other])
             test = f"{fisher_greater(k, n, j, m):.3f} (vs {arms[other].label}: {j}/{m})"
-            detect = (
-                f"+{_pct(d)} points" if math.isfinite(d := detectable_difference(n, m, j / m)) else "none"
-            )
+            d = detectable_difference(n, m, j / m)
+            detect = f"+{_pct(d)} points" if math.isfinite(d) else "none"
         per_seed = " / ".join(_pct(_share(r["1x"])).removesuffix(".0") for _, r in done)
-        ranks.append([arms[key].label, f"{k}/{n}", f"{_pct(k / n)} [{_pct(low)}, {_pct(high)}]", test, detect,
-                      per_seed])  # fmt: skip
+        rows.append([arms[key].label, f"{k}/{n}", f"{_pct(k / n)} [{_pct(low)}, {_pct(high)}]", test, detect,
+                     per_seed])  # fmt: skip
+    return rows
 
-    among = []
+
+def _among_rows(learned: Runs) -> list[list[str]]:
+    """Per arm, among its models that learned: how many, when their loss fell (median [min, max]), and each
+    test's mean accuracy with its t interval over seeds (within 0-100)."""
+    from ...eval.intervals import t_interval
+
+    labels, rows = {arm.key: arm.label for arm in ARMS}, []
     for key, done in learned.items():
         if not done:
             continue
         cells = []
         for test in TESTS:
             values = [_share(r[test]) for _, r in done]
-            mean = sum(values) / len(values)
-            if len(values) > 1:  # an accuracy's interval within [0, 1]
+            interval = ""
+            if len(values) > 1:
                 low, high = t_interval(values)
                 interval = f" [{_pct(max(low, 0.0))}, {_pct(min(high, 1.0))}]"
-            else:
-                interval = ""
-            cells.append(f"{_pct(mean)}{interval}")
+            cells.append(f"{_pct(sum(values) / len(values))}{interval}")
         fell = sorted(s for _, r in done if (s := _fell_step(r)) is not None)
         when = f"{fell[len(fell) // 2]} [{fell[0]}, {fell[-1]}]" if fell else "-"
-        among.append([arms[key].label, str(len(done)), when, *cells])
+        rows.append([labels[key], str(len(done)), when, *cells])
+    return rows
 
-    every, positions = [], []
+
+def _model_rows(runs: Runs) -> tuple[list[list[str]], list[list[str]]]:
+    """Every model's row (its tests, loss, when it fell, time and load), and every RePo model's positions."""
+    labels, every, positions = {arm.key: arm.label for arm in ARMS}, [], []
     for key, done in runs.items():
         for seed, r in done:
             mark = "yes" if _share(r["1x"]) >= LEARNED else "no"
-            every.append([arms[key].label, str(seed), mark, *(_pct(_share(r[test])) for test in TESTS),
+            every.append([labels[key], str(seed), mark, *(_pct(_share(r[test])) for test in TESTS),
                           f"{r['loss']:.3f}", _fell(r), f"{r['wall_s'] / 60:.1f}",
                           f"{r.get('load', float('nan')):.1f}"])  # fmt: skip
             if "positions" in r:
                 layers = [f"{layer}: {s['std']:.2f}, [{s['p05']:.2f}, {s['p95']:.2f}], {s['rank_corr']:+.2f}"
                           for layer, s in r["positions"].items()]  # fmt: skip
-                positions.append([arms[key].label, str(seed), mark, "; ".join(layers)])
+                positions.append([labels[key], str(seed), mark, "; ".join(layers)])
+    return every, positions
+
+
+def scratch_section(
+    results: dict[str, Any], shape: TinyModel, seeds: int, sequences: int = TEST_SEQUENCES
+) -> str:
+    """The Markdown section: which models learned and how the arms rank by it; the tests among the models that
+    learned; every model's figures; the RePo models' positions; the setup. `results` may hold part of the study
+    (the models finished so far): the section says how many."""
+    runs = _runs(results, seeds)
+    learned = {
+        key: [(seed, r) for seed, r in done if _share(r["1x"]) >= LEARNED] for key, done in runs.items()
+    }
+    ranks, among = _rank_rows(runs, learned), _among_rows(learned)
+    every, positions = _model_rows(runs)
 
     t = shape.task
     total = len(jobs(seeds))
