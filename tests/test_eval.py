@@ -5,6 +5,7 @@ HF Olmo2 (with YaRN at 2x) and the demo's shipped base model (which retrieves); 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -304,6 +305,29 @@ def test_markdown_table_with_intervals():
 )
 def test_wilson_interval_is_newcombes(k, n, low, high):
     assert wilson_interval(k / n, n) == (pytest.approx(low, abs=5e-5), pytest.approx(high, abs=5e-5))
+
+
+def test_fisher_s_one_sided_test_and_the_difference_20_against_20_seeds_detect():
+    """By hand: with none of 20 learned in the other arm, the one-sided Fisher exact test rejects at 5% from 5 of
+    20 (p = C(20,5) / C(40,5) = 0.0236; 4 of 20 gives C(20,4) / C(40,4) = 0.053), so its power at a true share p is
+    P(Binomial(20, p) >= 5): 0.817 at p = 0.32 and 0.791 at 0.31, so 32 points is the smallest difference it finds
+    with 80% power. A t interval: 4.303 (t, 2 df) x sd / sqrt(3)."""
+    from scipy.stats import binom
+
+    from olmo_repo.eval.intervals import detectable_difference, fisher_greater, t_interval
+
+    assert fisher_greater(5, 20, 0, 20) == pytest.approx(15504 / 658008, rel=1e-9)
+    assert fisher_greater(4, 20, 0, 20) == pytest.approx(4845 / 91390, rel=1e-9)
+    assert binom.sf(4, 20, 0.32) >= 0.8 > binom.sf(4, 20, 0.31)
+    assert detectable_difference(20, 20, 0.0) == 0.32
+    assert detectable_difference(10, 10, 1.0) == math.inf  # nothing exceeds a share of 1
+    low, high = t_interval([0.4, 0.5, 0.6])
+    assert (low, high) == (
+        pytest.approx(0.5 - 4.302653 * 0.1 / math.sqrt(3)),
+        pytest.approx(0.5 + 4.302653 * 0.1 / math.sqrt(3)),
+    )
+    with pytest.raises(ValueError, match="at least two"):
+        t_interval([0.5])
 
 
 # --------------------------------------------------------------------------------------------- suite

@@ -13,6 +13,7 @@ and Student's t interval of a mean over seeds (scipy's distributions: the exact 
 
 from __future__ import annotations
 
+import functools
 import math
 
 __all__ = ["Z95", "detectable_difference", "fisher_greater", "t_interval", "wilson_interval"]
@@ -48,9 +49,7 @@ def detectable_difference(
     of 1 does. Exact: the test's rejection region enumerated, its probability summed under the two binomials."""
     from scipy.stats import binom
 
-    rejected = [
-        (a, b) for a in range(n + 1) for b in range(other_n + 1) if fisher_greater(a, n, b, other_n) < alpha
-    ]
+    rejected = _rejected(n, other_n, alpha)
     other = binom.pmf(range(other_n + 1), other_n, other_share)
     for step in range(1, 101):
         share = other_share + step / 100
@@ -60,6 +59,14 @@ def detectable_difference(
         if sum(this[a] * other[b] for a, b in rejected) >= power:
             return step / 100
     return math.inf
+
+
+@functools.cache
+def _rejected(n: int, other_n: int, alpha: float) -> tuple[tuple[int, int], ...]:
+    """The outcomes (hits, other hits) where the one-sided Fisher test rejects at `alpha` (a study's report asks
+    for the same counts after every model)."""
+    outcomes = ((a, b) for a in range(n + 1) for b in range(other_n + 1))
+    return tuple((a, b) for a, b in outcomes if fisher_greater(a, n, b, other_n) < alpha)
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
