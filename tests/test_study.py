@@ -259,6 +259,8 @@ def test_ctrl_c_ends_the_from_scratch_part_at_once_and_leaves_no_worker(tmp_path
     import time
 
     code = (
+        # a terminal's foreground job takes Ctrl-C; a pytest-xdist worker ignores SIGINT, which children inherit
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys; from pathlib import Path\n"
         "from olmo_repo.experiments.study.study import Study, run_study\n"
         "from olmo_repo.experiments.study.task import Task, TinyModel\n"
