@@ -14,6 +14,7 @@ import math
 import multiprocessing
 import os
 import signal
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -249,7 +250,7 @@ def _among_rows(learned: Runs) -> list[list[str]]:
                 interval = f" [{_pct(max(low, 0.0))}, {_pct(min(high, 1.0))}]"
             cells.append(f"{_pct(sum(values) / len(values))}{interval}")
         fell = sorted(s for _, r in done if (s := _fell_step(r)) is not None)
-        when = f"{fell[len(fell) // 2]} [{fell[0]}, {fell[-1]}]" if fell else "-"
+        when = f"{statistics.median(fell):.0f} [{fell[0]}, {fell[-1]}]" if fell else "-"
         rows.append([labels[key], str(len(done)), when, *cells])
     return rows
 
