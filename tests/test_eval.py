@@ -307,6 +307,12 @@ def test_wilson_interval_is_newcombes(k, n, low, high):
     assert wilson_interval(k / n, n) == (pytest.approx(low, abs=5e-5), pytest.approx(high, abs=5e-5))
 
 
+@pytest.mark.parametrize("n", range(1, 41))
+def test_wilson_interval_of_none_or_all_starts_or_ends_at_the_mean_exactly(n):
+    """Rounding put the bound 1e-17 inside (0 of 3: low 5.6e-17), so a plot's error bar came out negative."""
+    assert wilson_interval(0.0, n)[0] == 0.0 and wilson_interval(1.0, n)[1] == 1.0
+
+
 def test_fisher_s_one_sided_test_and_the_difference_20_against_20_seeds_detect():
     """By hand: with none of 20 learned in the other arm, the one-sided Fisher exact test rejects at 5% from 5 of
     20 (p = C(20,5) / C(40,5) = 0.0236; 4 of 20 gives C(20,4) / C(40,4) = 0.053), so its power at a true share p is

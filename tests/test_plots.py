@@ -185,6 +185,7 @@ def test_learned_shares_draw_each_arm_s_share_and_wilson_interval_top_to_bottom(
         for share in (k / n, low, high):  # the point and both ends of its interval
             assert near(img, "C0", row, col_of(box, 100 * share, -2, 112)), (k, n, share)
     assert not near(img, "C0", rows[1], col_of(box, 75, -2, 112))
+    plots.plot_learned_shares({"RePo": (0, 3), "RoPE": (10, 10)}, tmp_path / "edges.png")  # bars of length 0
     with pytest.raises(ValueError, match="no learned shares"):
         plots.plot_learned_shares({"RePo": (3, 2)}, tmp_path / "x.png")
 

@@ -28,7 +28,11 @@ def wilson_interval(mean: float, n: int, z: float = Z95) -> tuple[float, float]:
     z2 = z * z
     center = (mean + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, center - half), min(1.0, center + half)
+    # At 0 and 1 the bound is the mean itself, exactly: rounding put it 1e-17 inside, and a plot's error bar
+    # (mean - low) came out negative (a study's report failed on 0 of 3)
+    low = 0.0 if mean == 0.0 else max(0.0, center - half)
+    high = 1.0 if mean == 1.0 else min(1.0, center + half)
+    return low, high
 
 
 def fisher_greater(hits: int, n: int, other_hits: int, other_n: int) -> float:

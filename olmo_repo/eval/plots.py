@@ -343,7 +343,7 @@ def plot_learned_shares(learned: Mapping[str, tuple[int, int]], path: PathLike, 
     fig, (ax,) = _figure(6.5, 0.9 + 0.45 * len(learned))
     for row, (k, n) in enumerate(learned.values()):
         low, high = wilson_interval(k / n, n)
-        ax.errorbar([100 * k / n], [row], xerr=[[100 * (k / n - low)], [100 * (high - k / n)]], fmt="o",
+        ax.errorbar([100 * k / n], [row], xerr=[[100 * max(k / n - low, 0.0)], [100 * max(high - k / n, 0.0)]], fmt="o",
                     capsize=4, color="C0")  # fmt: skip
         ax.annotate(f"{k}/{n}", (100 * high, row), xytext=(6, 0), textcoords="offset points", va="center")
     ax.set_yticks(range(len(learned)), list(learned))
