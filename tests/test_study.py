@@ -248,10 +248,11 @@ def test_a_file_for_the_study_s_folder_is_named_as_the_study_s(tmp_path):
     assert (tmp_path / "mine").read_text() == "mine"
 
 
-def test_ctrl_c_ends_the_from_scratch_part_at_once_and_leaves_no_worker(tmp_path):
-    """A terminal's Ctrl-C (SIGINT to the whole process group) while models train: the part ends within
-    seconds, its workers with it, and what finished stays recorded (a pool that waited for every queued model
-    kept a 75-model study running after Ctrl-C)."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGKILL"])
+def test_ctrl_c_or_a_kill_ends_the_from_scratch_part_at_once_and_leaves_no_worker(tmp_path, stop):
+    """A terminal's Ctrl-C (SIGINT to the whole process group), or a SIGKILL of the launcher alone, while models
+    train: the part ends within seconds, its workers with it, and what finished stays recorded (a pool that
+    waited for every queued model kept a 75-model study running after Ctrl-C; orphaned workers trained on)."""
     import os
     import signal
     import subprocess
@@ -277,10 +278,13 @@ def test_ctrl_c_ends_the_from_scratch_part_at_once_and_leaves_no_worker(tmp_path
     try:
         assert "models to train" in study.stdout.readline() + study.stdout.readline()
         time.sleep(3)  # the workers start and train
-        os.killpg(study.pid, signal.SIGINT)
+        if stop == "SIGINT":  # Ctrl-C: the whole group
+            os.killpg(study.pid, signal.SIGINT)
+        else:  # the launcher alone, killed outright: its workers must notice
+            os.kill(study.pid, signal.SIGKILL)
         start = time.monotonic()
         output = study.communicate(timeout=60)[0]
-        assert time.monotonic() - start < 30 and "KeyboardInterrupt" in output
+        assert time.monotonic() - start < 30 and (stop == "SIGKILL" or "KeyboardInterrupt" in output)
         deadline = (
             time.monotonic() + 15
         )  # multiprocessing's resource tracker follows its parent within seconds

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -49,10 +50,20 @@ def jobs(seeds: int, arms: Sequence[Arm] = ARMS) -> list[tuple[Arm, int]]:
     return [(arm, seed) for seed in range(seeds) for arm in arms if seed < arm.seed_count(seeds)]
 
 
-def _ignore_sigint() -> None:
-    """A worker's start: a terminal's Ctrl-C reaches the whole process group, and only the parent acts on it
-    (it terminates the workers), so a worker does not die mid-model printing a traceback of its own."""
+def _worker_start() -> None:
+    """A worker's start. A terminal's Ctrl-C reaches the whole process group, and only the parent acts on it (it
+    terminates the workers), so a worker does not die mid-model printing a traceback of its own. A parent killed
+    outright (SIGKILL, OOM) terminates nothing: the worker ends itself within a second of being orphaned, rather
+    than training on for minutes beside a resumed run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
 def _job(job: tuple[Arm, int, TinyModel, int]) -> tuple[Arm, int, dict[str, Any]]:
@@ -112,7 +123,7 @@ def run_scratch(
         done = len(every) - len(todo)
         # Leaving the pool's block terminates its workers: a Ctrl-C or a failed model ends the part at once,
         # losing only the models under way (concurrent.futures' pool would wait for every queued model first).
-        with context.Pool(workers, initializer=_ignore_sigint) as pool:
+        with context.Pool(workers, initializer=_worker_start) as pool:
             for arm, seed, result in pool.imap_unordered(
                 _job, [(arm, seed, shape, sequences) for arm, seed in todo]
             ):
