@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from olmo_repo.errors import RepoError
-from olmo_repo.experiments.stages import Stages
+from olmo_repo.experiments.stages import Stages, digest
 from olmo_repo.experiments.study.retrieval import accuracy, build, train
-from olmo_repo.experiments.study.scratch import jobs, run_scratch, scratch_section
+from olmo_repo.experiments.study.scratch import TEST_SEED, _inputs, jobs, run_scratch, scratch_section
 from olmo_repo.experiments.study.study import Study, run_study
 from olmo_repo.experiments.study.task import ARMS, BOS, GRAMMAR_SEED, QUERY, TESTS, Task, TinyModel
 
@@ -114,15 +114,37 @@ def test_the_knobs_train_f_phi_at_its_rate_and_blend_the_index_then_hand_over():
     assert [layer.index_blend for layer in repo_layers(blended)] == [0.0, 0.0]
 
 
+def test_the_longer_arm_trains_its_multiple_of_the_steps_and_starts_as_the_study_s_run():
+    """125 steps against 375: the peak rate holds to step 100 in the shorter run, so the first 100 steps' loss on
+    the answers is the same to the bit (the same weights, batches and rates); one curve point per 100 steps."""
+    shape = TinyModel(hidden=32, heads=2, mlp=32, steps=125, batch=2, warmup=10)
+    _, short = train(ARM["repo"], shape, 0)
+    _, longer = train(ARM["repo-long"], shape, 0)
+    assert len(short["curve"]) == 2 and len(longer["curve"]) == 4
+    assert longer["curve"][0] == short["curve"][0] and longer["curve"][1] != short["curve"][1]
+
+
+def test_an_arm_at_the_study_s_steps_keeps_the_records_made_before_arms_had_steps():
+    """The models finished before `Arm.steps` existed stay valid: an arm at the default is digested as then."""
+    shape, repo = TinyModel(), ARM["repo"]
+    before = {k: v for k, v in dataclasses.asdict(repo).items() if k != "steps"}
+    assert _inputs(shape, 200, repo) == digest(
+        json.dumps(dataclasses.asdict(shape)), json.dumps(before), json.dumps(TESTS), "200", str(TEST_SEED)
+    )
+    assert _inputs(shape, 200, ARM["repo-long"]) != _inputs(
+        shape, 200, dataclasses.replace(repo, key="repo-long")
+    )
+
+
 def test_the_jobs_go_seed_by_seed_and_each_arm_takes_its_share_of_the_seeds():
     every = jobs(20)
     counts = {key: sum(arm.key == key for arm, _ in every) for key in ARM}
     assert counts == {"repo": 20, "nope-above": 20, "rope": 10, "nope": 10, "repo-lr10": 5, "repo-blend": 5,
-                      "repo-zero": 5}  # fmt: skip
+                      "repo-zero": 5, "repo-long": 5}  # fmt: skip
     assert [seed for _, seed in every] == sorted(
         seed for _, seed in every
     )  # a study cut short holds whole seeds
-    assert len(jobs(2)) == 9
+    assert len(jobs(2)) == 10
 
 
 def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_path):
@@ -130,7 +152,7 @@ def test_each_model_is_a_stage_a_rerun_keeps_and_the_section_reports_them(tmp_pa
     folder = Stages(tmp_path / "study", "study")
     reports = []
     results = run_scratch(folder, shape, seeds=2, workers=1, sequences=4, after=lambda: reports.append(1))
-    assert set(results) == {f"{arm.key}-{seed}" for arm, seed in jobs(2)} and len(reports) == 9
+    assert set(results) == {f"{arm.key}-{seed}" for arm, seed in jobs(2)} and len(reports) == 10
     for result in results.values():
         for test in TESTS:
             right, scored = result[test]
@@ -176,7 +198,7 @@ def test_the_section_ranks_by_learned_share_with_fisher_s_test_and_the_tests_amo
     assert "| RePo | 1 | yes |" in text and "| 0.100 | 3000 | 1.0 | 2.0 |" in text  # seed 1's row
     assert "| RoPE | 0 | no |" in text and "| 0.100 | - | 1.0 | 2.0 |" in text  # never under 0.1
     partial = scratch_section({k: v for k, v in results.items() if k != "repo-3"}, shape, 4)
-    assert "(**14 of its 15 models so far**)" in partial
+    assert "(**15 of its 16 models so far**)" in partial
 
 
 def test_accuracy_counts_the_model_s_greedy_answers():

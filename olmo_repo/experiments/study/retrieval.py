@@ -76,12 +76,13 @@ def train(arm: Arm, shape: TinyModel, seed: int) -> tuple[torch.nn.Module, dict[
     """Train `arm` from scratch (AdamW (0.9, 0.95), weight decay 0.1, clipping 1.0; a linear warm-up, the peak
     held, then a linear decay to 0 over the last fifth: recall appears after a plateau, at the peak rate; f_phi at
     `arm.lr_multiplier` times the rate, and RePo layers blended with the index as `arm.blend` says) on
-    `shape.steps` fresh batches drawn with `seed` (the same for every arm), on their targets (the answers and the
+    `arm.shaped(shape).steps` fresh batches drawn with `seed` (the same for every arm), on their targets (the answers and the
     noise); returns the model (eval mode, no blend) and its facts: `loss`, the mean loss on the answers over the
     last 100 steps; `curve`, that mean for every 100 steps (when the recall appeared); `wall_s`."""
     from ...modes import index_blend
     from ...rope import repo_layers, set_index_blend
 
+    shape = arm.shaped(shape)
     model = build(arm, shape, seed).train()
     f_phi = {id(p) for layer in repo_layers(model) for p in layer.f_phi_weights()}
     groups = [

@@ -23,7 +23,7 @@ under 0.02 from step 1,000 on).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -147,9 +147,16 @@ class Arm:
     zero_final: bool = False
     """f_phi's last layer (final_map) at zero at init, so every position starts at 0 (the layers start as NoPE).
     An option of the study's tiny models only."""
+    steps: float = 1.0
+    """Its training steps over the study's (`TinyModel.steps`). The warm-up and the final fifth's decay keep their
+    shape, so a longer arm holds the peak rate longer and its first 80% of the study's steps are the study's."""
 
     def seed_count(self, seeds: int) -> int:
         return max(1, math.ceil(seeds * self.seeds - 1e-9))
+
+    def shaped(self, shape: TinyModel) -> TinyModel:
+        """`shape` with this arm's steps."""
+        return replace(shape, steps=round(shape.steps * self.steps))
 
 
 ARMS = (
@@ -164,9 +171,11 @@ ARMS = (
     Arm(
         "repo-zero", "RePo, f_phi's last layer 0 at init", "repo", seeds=0.25, against="repo", zero_final=True
     ),
+    Arm("repo-long", "RePo, 3x the steps", "repo", seeds=0.25, against="repo", steps=3.0),
 )
 """The arms, RePo and its matched control (NoPE in RePo's layers, RoPE below: the model without f_phi) first;
-RoPE and NoPE in every layer with half the seeds; RePo's knobs with a quarter."""
+RoPE and NoPE in every layer with half the seeds; RePo's knobs with a quarter; RePo for 3x the steps with a
+quarter (added once the first models had learned late in their 5,000 steps: docs/research.md)."""
 
 LEARNED = 0.9
 """A model learned the recall when it answers at least this share of the queries at the training length: fixed
