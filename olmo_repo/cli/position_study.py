@@ -28,11 +28,12 @@ command to continue):
 2. from scratch: tiny Llama-shaped models trained on recall among distractors at one length, matched across
    arms (the same weights where they share a tensor, the same batches, the same tests): RePo above the lower
    third and its control (NoPE there, RoPE below) on --seeds seeds each; RoPE and NoPE in every layer on half
-   of them; RePo with f_phi's lr x10, with the index blend, and with f_phi's last layer 0 on a quarter. Tested at
-   the training length (>= 90% of the queries: the model learned), at 4x and 8x it without and with YaRN, and
-   with 2x and 4x the distractors; each arm's learned share over seeds with its interval, Fisher's test and the
-   difference its seeds can detect (two models at a time, one core each, 4-5 minutes a model on a quiet
-   machine; olmo_repo.experiments.study.task and .retrieval).
+   of them; RePo with f_phi's lr x10, with the index blend, with f_phi's last layer 0, and for 3x the steps on
+   a quarter. Tested at the training length (>= 90% of the queries: the model learned), at 4x and 8x it without
+   and with YaRN, and with 2x and 4x the distractors; each arm's learned share over seeds with its interval,
+   Fisher's test and the difference its seeds can detect (two models at a time, one core each, 4-5 minutes a
+   model on a quiet machine, three times that for the longer arm; olmo_repo.experiments.study.task and
+   .retrieval).
 
 OUT_DIR/report.md gathers both with the commit, time and machine load each part ran at (and each model's).
 About three hours of a quiet 2-core machine for each part at the defaults. Run it in the OLMo-core environment (make install-core), from a checkout:
@@ -44,6 +45,7 @@ Exit codes: 0 done, 1 a stage failed or bad input (one line), 2 bad arguments, 1
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..experiments.study.scratch import jobs
     from ..experiments.study.study import PARTS, Study  # light: dataclasses
 
     default = Study()
@@ -70,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=default.seeds,
         help="seeds of RePo and its matched control from scratch; RoPE and NoPE in every layer take half of "
-        f"them, each of RePo's knobs a quarter (rounded up) (default: {default.seeds}: 75 models)",
+        f"them, each of RePo's knobs and the longer arm a quarter (rounded up) (default: {default.seeds}: "
+        f"{len(jobs(default.seeds))} models)",
     )
     parser.add_argument(
         "--scratch-steps",
