@@ -186,6 +186,12 @@ def test_learned_shares_draw_each_arm_s_share_and_wilson_interval_top_to_bottom(
             assert near(img, "C0", row, col_of(box, 100 * share, -2, 112)), (k, n, share)
     assert not near(img, "C0", rows[1], col_of(box, 75, -2, 112))
     plots.plot_learned_shares({"RePo": (0, 3), "RoPE": (10, 10)}, tmp_path / "edges.png")  # bars of length 0
+    # the study's labels and title: nothing runs off the figure (a glyph cut at an edge leaves ink on it)
+    study = {"RePo, index blend over the first fifth": (4, 5), "RePo, f_phi's last layer 0 at init": (2, 5)}
+    img = rgb(plots.plot_learned_shares(study, tmp_path / "study.png",
+                                        title="from scratch: models that learned the recall (75 models)"))  # fmt: skip
+    for edge in (img[0], img[-1], img[:, 0], img[:, -1]):
+        assert (edge > 0.9).all()
     with pytest.raises(ValueError, match="no learned shares"):
         plots.plot_learned_shares({"RePo": (3, 2)}, tmp_path / "x.png")
 

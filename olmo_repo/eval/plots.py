@@ -340,7 +340,7 @@ def plot_learned_shares(learned: Mapping[str, tuple[int, int]], path: PathLike, 
 
     if not learned or any(n < 1 or not 0 <= k <= n for k, n in learned.values()):
         raise ValueError(f"no learned shares to plot: {dict(learned)}")
-    fig, (ax,) = _figure(6.5, 0.9 + 0.45 * len(learned))
+    fig, (ax,) = _figure(8.5, 0.9 + 0.45 * len(learned))  # room for the arms' long names and the title
     for row, (k, n) in enumerate(learned.values()):
         low, high = wilson_interval(k / n, n)
         ax.errorbar([100 * k / n], [row], xerr=[[100 * max(k / n - low, 0.0)], [100 * max(high - k / n, 0.0)]], fmt="o",
