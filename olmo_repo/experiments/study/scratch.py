@@ -307,7 +307,8 @@ def scratch_section(
     return (
         f"## From scratch: recall among distractors, at the training length, longer, and noisier{status}\n\n"
         f"{shape.layers}-layer models (d={shape.hidden}, {shape.heads} heads), trained from scratch for "
-        f"{shape.steps} steps (the longer arm: its multiple) of {shape.batch} sequences of {t.length} tokens, each holding {t.pairs} key-value "
+        f"{shape.steps} steps (the longer arm: its multiple) of {shape.batch} sequences of {t.length} tokens, "
+        f"each holding {t.pairs} key-value "
         f"pairs among noise (a grammar makes {t.rule:.0%} of the noise follow from the token two back) and "
         f"{t.queries} queries, trained on the answers and the noise. RePo and NoPE in RePo's layers from layer "
         f"{shape.layers // 3} (RoPE below), as the paper's 1B. Matched: for one seed every arm starts from the same "
